@@ -1,0 +1,77 @@
+/**
+ * Named health checks. The same registry answers /healthz (plain HTTP and the HTTPS
+ * server) and gates the systemd watchdog: a ping is sent only while every check passes.
+ *
+ * What is judged here is nodelet's own liveness (its loops turning, its event loop
+ * responsive), not the runtime's or the control plane's: a dead containerd shows in the
+ * node's Ready condition, because restarting nodelet would not fix it.
+ */
+export interface HealthCheck {
+  readonly name: string;
+  /** Throws (or rejects) with a reason when unhealthy. Must be cheap: called every ping. */
+  check(): void | Promise<void>;
+}
+
+export interface CheckResult {
+  name: string;
+  ok: boolean;
+  reason?: string;
+}
+
+export interface HealthReport {
+  ok: boolean;
+  results: CheckResult[];
+}
+
+export class HealthRegistry {
+  readonly #checks: HealthCheck[] = [];
+
+  add(check: HealthCheck): void {
+    if (this.#checks.some((c) => c.name === check.name)) throw new Error(`duplicate health check ${check.name}`);
+    this.#checks.push(check);
+  }
+
+  remove(name: string): void {
+    const i = this.#checks.findIndex((c) => c.name === name);
+    if (i >= 0) this.#checks.splice(i, 1);
+  }
+
+  names(): string[] {
+    return this.#checks.map((c) => c.name);
+  }
+
+  /** Runs every check (concurrently, each bounded by timeoutMs) and reports all of them. */
+  async run(timeoutMs = 2000): Promise<HealthReport> {
+    const results = await Promise.all(
+      this.#checks.map(async (c): Promise<CheckResult> => {
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          await Promise.race([
+            Promise.resolve().then(() => c.check()),
+            new Promise((_, reject) => {
+              timer = setTimeout(() => reject(new Error(`check timed out after ${timeoutMs}ms`)), timeoutMs);
+            }),
+          ]);
+          return { name: c.name, ok: true };
+        } catch (err) {
+          return { name: c.name, ok: false, reason: err instanceof Error ? err.message : String(err) };
+        } finally {
+          clearTimeout(timer);
+        }
+      }),
+    );
+    return { ok: results.every((r) => r.ok), results };
+  }
+}
+
+/**
+ * Renders a report the way the Kubernetes healthz handlers do: `ok` when healthy;
+ * otherwise, or with `verbose`, one `[+]name ok` / `[-]name failed: reason` line per
+ * check followed by `healthz check passed` / `healthz check failed`.
+ */
+export function renderHealthz(report: HealthReport, verbose: boolean): { status: number; body: string } {
+  if (report.ok && !verbose) return { status: 200, body: 'ok' };
+  const lines = report.results.map((r) => (r.ok ? `[+]${r.name} ok` : `[-]${r.name} failed: ${r.reason ?? 'unknown'}`));
+  lines.push(report.ok ? 'healthz check passed' : 'healthz check failed');
+  return { status: report.ok ? 200 : 500, body: lines.join('\n') + '\n' };
+}
