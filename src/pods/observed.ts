@@ -1,0 +1,58 @@
+/**
+ * What the runtime holds for one pod, in nodelet's own terms. Built from CRI
+ * ListPodSandbox / ListContainers / ContainerStatus answers (see runtime-view.ts);
+ * everything here is derived from the runtime alone, so nodelet keeps no state of its
+ * own and rebuilds it after a restart.
+ */
+export type ObservedContainerState = 'created' | 'running' | 'exited' | 'unknown';
+
+export interface ObservedContainer {
+  id: string;
+  /** `io.kubernetes.container.name`. */
+  name: string;
+  podSandboxId: string;
+  /** CRI metadata attempt (nodelet sets it to the restart count). */
+  attempt: number;
+  state: ObservedContainerState;
+  /** `io.kubernetes.container.restartCount` annotation. */
+  restartCount: number;
+  /** `io.kubernetes.container.hash` annotation. */
+  hash: string;
+  image: string;
+  imageRef: string;
+  createdAt: number; // ms since epoch
+  startedAt?: number;
+  finishedAt?: number;
+  exitCode?: number;
+  reason?: string;
+  message?: string;
+}
+
+export interface ObservedSandbox {
+  id: string;
+  attempt: number;
+  ready: boolean;
+  createdAt: number;
+}
+
+export interface ObservedPod {
+  uid: string;
+  name: string;
+  namespace: string;
+  sandboxes: ObservedSandbox[];
+  containers: ObservedContainer[];
+  /** `io.kubernetes.pod.terminationGracePeriod` from the containers, for orphans. */
+  gracePeriodSeconds?: number;
+}
+
+/** The newest sandbox by creation time (then attempt). */
+export function latestSandbox(p: ObservedPod): ObservedSandbox | undefined {
+  return [...p.sandboxes].sort((a, b) => b.createdAt - a.createdAt || b.attempt - a.attempt)[0];
+}
+
+/** Containers of one name, newest first. */
+export function containersNamed(p: ObservedPod, name: string): ObservedContainer[] {
+  return p.containers
+    .filter((c) => c.name === name)
+    .sort((a, b) => b.restartCount - a.restartCount || b.createdAt - a.createdAt);
+}

@@ -1,0 +1,206 @@
+/**
+ * The pod sync decision, as a pure function: given the desired pod, what the runtime
+ * holds for it and the time, which actions bring the runtime closer to the pod. The
+ * worker executes them; tests compare whole plans.
+ *
+ * Follows the kubelet's computePodActions: one ready sandbox per pod (else kill all and
+ * make a new one with the next attempt), init containers one at a time in order, then
+ * every app container, restarts per restartPolicy with crash-loop backoff.
+ *
+ * Backoff is derived from the runtime alone (nodelet keeps no state): the n-th restart
+ * of a container waits min(10s * 2^(n-1), 5m) after its last exit, the first restart is
+ * immediate (as the kubelet's first failure has no backoff entry yet), and a container
+ * that ran for 10 minutes before exiting starts over at 10s.
+ */
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
+
+export const BACKOFF = { initialMs: 10_000, maxMs: 300_000, resetAfterRunMs: 600_000 } as const;
+
+export interface StartContainer {
+  name: string;
+  /** Restart count of the new container: previous instance's + 1, or 0. */
+  restartCount: number;
+  init: boolean;
+}
+
+export interface Waiting {
+  reason: string;
+  message?: string;
+}
+
+export interface PodActions {
+  /** Stop every container and sandbox of the pod first (a new sandbox follows, or the pod is done). */
+  killPod: boolean;
+  /** Make a new sandbox with this attempt number. */
+  createSandbox?: { attempt: number };
+  /** Containers to create and start, in order (init containers one at a time). */
+  start: StartContainer[];
+  /** Running containers to stop. */
+  kill: { id: string; name: string; reason: string }[];
+  /** Dead containers no longer needed (older instances; the newest dead one stays for status). */
+  removeContainers: string[];
+  /** Old, not-ready sandboxes with nothing running in them. */
+  removeSandboxes: string[];
+  /** Containers that will not start in this sync, and why. */
+  waiting: Record<string, Waiting>;
+  /** When a backoff ends: the worker syncs again then. */
+  resyncAt?: number;
+}
+
+export function restartPolicy(pod: Pod): 'Always' | 'OnFailure' | 'Never' {
+  const p = pod.spec?.restartPolicy;
+  return p === 'OnFailure' || p === 'Never' ? p : 'Always';
+}
+
+function shouldRestart(policy: string, c: ObservedContainer): boolean {
+  if (policy === 'Always') return true;
+  if (policy === 'OnFailure') return c.exitCode !== 0;
+  return false;
+}
+
+/** Backoff before restarting `c` (which exited); 0 when it may start now. */
+export function backoffMs(c: ObservedContainer): number {
+  if (c.restartCount <= 0) return 0;
+  if (c.startedAt !== undefined && c.finishedAt !== undefined && c.finishedAt - c.startedAt >= BACKOFF.resetAfterRunMs) {
+    return BACKOFF.initialMs;
+  }
+  return Math.min(BACKOFF.maxMs, BACKOFF.initialMs * 2 ** (c.restartCount - 1));
+}
+
+function podRef(pod: Pod): string {
+  return `${pod.metadata?.name}_${pod.metadata?.namespace}(${pod.metadata?.uid})`;
+}
+
+/** A short stable hash of a container spec, kept in `io.kubernetes.container.hash`. */
+export function containerHash(c: Container): string {
+  const s = JSON.stringify(c, Object.keys(c).sort());
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h.toString(16).padStart(8, '0');
+}
+
+export function computePodActions(pod: Pod, observed: ObservedPod, now: number): PodActions {
+  const actions: PodActions = { killPod: false, start: [], kill: [], removeContainers: [], removeSandboxes: [], waiting: {} };
+  const policy = restartPolicy(pod);
+  const inits = pod.spec?.initContainers ?? [];
+  const apps = pod.spec?.containers ?? [];
+  const sb = latestSandbox(observed);
+  const readySandboxes = observed.sandboxes.filter((s) => s.ready);
+  const nextCount = (name: string) => {
+    const prev = containersNamed(observed, name)[0];
+    return prev ? prev.restartCount + 1 : 0;
+  };
+
+  // Dead containers beyond the newest of each name, and old idle sandboxes, go away.
+  const names = new Set(observed.containers.map((c) => c.name));
+  for (const name of names) {
+    const dead = containersNamed(observed, name).filter((c) => c.state === 'exited');
+    const newest = containersNamed(observed, name)[0];
+    for (const c of dead) if (c !== newest) actions.removeContainers.push(c.id);
+  }
+  for (const s of observed.sandboxes) {
+    if (s === sb || s.ready) continue;
+    if (!observed.containers.some((c) => c.podSandboxId === s.id && c.state === 'running')) actions.removeSandboxes.push(s.id);
+  }
+
+  const needNewSandbox = !sb || !sb.ready || readySandboxes.length > 1;
+  if (needNewSandbox) {
+    const anyRan = observed.containers.some((c) => c.state === 'exited' || c.state === 'running');
+    if (sb && policy === 'Never' && anyRan) {
+      // The pod ran and will not run again: clean up what still runs, make nothing new.
+      actions.killPod = observed.containers.some((c) => c.state === 'running') || readySandboxes.length > 0;
+      return actions;
+    }
+    if (sb && policy === 'OnFailure' && anyRan && allSucceeded(pod, observed)) {
+      actions.killPod = readySandboxes.length > 0;
+      return actions;
+    }
+    actions.killPod = observed.sandboxes.length > 0 || observed.containers.some((c) => c.state === 'running');
+    actions.createSandbox = { attempt: sb ? sb.attempt + 1 : 0 };
+    if (inits.length > 0) actions.start.push({ name: inits[0]!.name, restartCount: nextCount(inits[0]!.name), init: true });
+    else for (const c of apps) actions.start.push({ name: c.name, restartCount: nextCount(c.name), init: false });
+    return actions;
+  }
+
+  const inSandbox = (name: string) => containersNamed(observed, name).filter((c) => c.podSandboxId === sb.id)[0];
+  const specNames = new Set([...inits, ...apps].map((c) => c.name));
+  for (const c of observed.containers) {
+    if (c.podSandboxId === sb.id && c.state === 'running' && !specNames.has(c.name)) {
+      actions.kill.push({ id: c.id, name: c.name, reason: 'container is not in the pod spec' });
+    }
+  }
+
+  // Init containers: the first one not yet succeeded decides.
+  for (const spec of inits) {
+    const cur = inSandbox(spec.name);
+    if (cur && cur.state === 'exited' && cur.exitCode === 0) continue;
+    if (cur && (cur.state === 'running' || cur.state === 'created')) {
+      for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
+      return actions;
+    }
+    if (!cur) {
+      actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: true });
+    } else if (policy === 'Never') {
+      // A failed init container with restartPolicy Never fails the pod.
+      for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
+      return actions;
+    } else {
+      restartOrBackOff(pod, spec.name, cur, now, actions, true);
+    }
+    for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
+    return actions;
+  }
+
+  for (const spec of apps) {
+    const cur = inSandbox(spec.name);
+    if (!cur) {
+      actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: false });
+      continue;
+    }
+    if (cur.state === 'running') {
+      if (cur.hash && cur.hash !== containerHash(spec)) {
+        actions.kill.push({ id: cur.id, name: spec.name, reason: 'container spec changed' });
+        actions.start.push({ name: spec.name, restartCount: cur.restartCount + 1, init: false });
+      }
+      continue;
+    }
+    if (cur.state === 'created' || cur.state === 'unknown') {
+      // Created but never started (a start that failed): replace it.
+      actions.removeContainers.push(cur.id);
+      actions.start.push({ name: spec.name, restartCount: cur.restartCount + 1, init: false });
+      continue;
+    }
+    if (shouldRestart(policy, cur)) restartOrBackOff(pod, spec.name, cur, now, actions, false);
+  }
+  return actions;
+}
+
+function restartOrBackOff(pod: Pod, name: string, cur: ObservedContainer, now: number, actions: PodActions, init: boolean): void {
+  const wait = backoffMs(cur);
+  const until = (cur.finishedAt ?? now) + wait;
+  if (wait > 0 && now < until) {
+    actions.waiting[name] = {
+      reason: 'CrashLoopBackOff',
+      message: `back-off ${formatSeconds(wait)} restarting failed container=${name} pod=${podRef(pod)}`,
+    };
+    actions.resyncAt = Math.min(actions.resyncAt ?? Infinity, until);
+    return;
+  }
+  actions.start.push({ name, restartCount: cur.restartCount + 1, init });
+}
+
+function formatSeconds(ms: number): string {
+  const s = Math.round(ms / 1000);
+  return s >= 60 ? `${Math.floor(s / 60)}m${s % 60}s` : `${s}s`;
+}
+
+function allSucceeded(pod: Pod, observed: ObservedPod): boolean {
+  return (pod.spec?.containers ?? []).every((c) => {
+    const cur = containersNamed(observed, c.name)[0];
+    return cur?.state === 'exited' && cur.exitCode === 0;
+  });
+}

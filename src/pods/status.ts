@@ -1,0 +1,166 @@
+/**
+ * Pod status as a pure function of the pod, what the runtime holds, and the worker's
+ * last reasons for containers that are not running (CrashLoopBackOff,
+ * CreateContainerError, ErrImagePull, ...). Phase follows the kubelet's getPhase.
+ */
+import type { ContainerState, ContainerStatus, Pod, PodCondition, PodStatus } from 'kubernetes-types/core/v1.js';
+import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
+import { restartPolicy, type Waiting } from './plan.js';
+
+export interface StatusInputs {
+  pod: Pod;
+  observed: ObservedPod;
+  /** Reasons the worker recorded for containers it could not start. */
+  waiting: Record<string, Waiting>;
+  /** Prefix of container IDs: `containerd://`. */
+  runtimeName: string;
+  hostIP?: string;
+  /** The previous status, to keep lastTransitionTime of unchanged conditions. */
+  previous?: PodStatus;
+  now: number;
+}
+
+const iso = (ms: number | undefined) => (ms === undefined ? undefined : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+
+function terminated(c: ObservedContainer, runtimeName: string): ContainerState {
+  return {
+    terminated: {
+      exitCode: c.exitCode ?? 0,
+      reason: c.reason || (c.exitCode === 0 ? 'Completed' : 'Error'),
+      ...(c.message ? { message: c.message } : {}),
+      startedAt: iso(c.startedAt),
+      finishedAt: iso(c.finishedAt),
+      containerID: `${runtimeName}://${c.id}`,
+    },
+  };
+}
+
+function containerStatus(
+  name: string,
+  image: string,
+  observed: ObservedPod,
+  sandboxId: string | undefined,
+  waiting: Waiting | undefined,
+  defaultWaiting: string,
+  runtimeName: string,
+): ContainerStatus {
+  const all = containersNamed(observed, name);
+  const cur = all.find((c) => c.podSandboxId === sandboxId) ?? all[0];
+  const prevDead = all.find((c) => c !== cur && c.state === 'exited');
+  let state: ContainerState;
+  let lastState: ContainerState = {};
+  if (cur && cur.state === 'running' && !waiting) {
+    state = { running: { startedAt: iso(cur.startedAt ?? cur.createdAt) } };
+    if (prevDead) lastState = terminated(prevDead, runtimeName);
+  } else if (waiting) {
+    state = { waiting: { reason: waiting.reason, ...(waiting.message ? { message: waiting.message } : {}) } };
+    if (cur && cur.state === 'exited') lastState = terminated(cur, runtimeName);
+  } else if (cur && cur.state === 'exited') {
+    state = terminated(cur, runtimeName);
+    if (prevDead) lastState = terminated(prevDead, runtimeName);
+  } else {
+    state = { waiting: { reason: defaultWaiting } };
+  }
+  return {
+    name,
+    state,
+    lastState,
+    ready: !!state.running,
+    restartCount: cur?.restartCount ?? 0,
+    image,
+    imageID: cur?.imageRef ?? '',
+    ...(cur ? { containerID: `${runtimeName}://${cur.id}` } : {}),
+    started: !!state.running,
+  };
+}
+
+export function computePodStatus(inp: StatusInputs): PodStatus {
+  const { pod, observed, waiting, runtimeName, now } = inp;
+  const sb = latestSandbox(observed);
+  const sandboxId = sb?.id;
+  const inits = pod.spec?.initContainers ?? [];
+  const apps = pod.spec?.containers ?? [];
+  const initStatuses = inits.map((c) => containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], 'PodInitializing', runtimeName));
+  const initialized = initStatuses.every((s) => s.state?.terminated?.exitCode === 0);
+  const appStatuses = apps.map((c) =>
+    containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName),
+  );
+  const initFailed = initStatuses.some((s) => (s.state?.terminated?.exitCode ?? 0) !== 0) && restartPolicy(pod) === 'Never';
+
+  const phase = initFailed ? 'Failed' : podPhase(pod, initialized, appStatuses);
+  const allReady = appStatuses.length > 0 && appStatuses.every((s) => s.ready);
+  const cond = (type: string, ok: boolean, reason?: string): PodCondition => {
+    const status = ok ? 'True' : 'False';
+    const prev = inp.previous?.conditions?.find((c) => c.type === type);
+    return {
+      type,
+      status,
+      ...(reason && !ok ? { reason } : {}),
+      lastProbeTime: null as unknown as undefined,
+      lastTransitionTime: prev && prev.status === status ? prev.lastTransitionTime : iso(now),
+    };
+  };
+  const notReady = appStatuses.filter((s) => !s.ready).map((s) => s.name);
+  const startTime = inp.previous?.startTime ?? iso(now);
+  return {
+    phase,
+    conditions: [
+      cond('PodReadyToStartContainers', !!sb?.ready),
+      cond('Initialized', initialized, 'ContainersNotInitialized'),
+      cond('Ready', allReady, 'ContainersNotReady'),
+      cond('ContainersReady', allReady, 'ContainersNotReady'),
+      cond('PodScheduled', true),
+    ].map((c) => (c.type === 'Ready' || c.type === 'ContainersReady') && c.status === 'False' ? { ...c, message: `containers with unready status: [${notReady.join(' ')}]` } : c),
+    ...(inp.hostIP ? { hostIP: inp.hostIP, hostIPs: [{ ip: inp.hostIP }] } : {}),
+    ...(pod.spec?.hostNetwork && inp.hostIP ? { podIP: inp.hostIP, podIPs: [{ ip: inp.hostIP }] } : {}),
+    startTime,
+    ...(initStatuses.length ? { initContainerStatuses: initStatuses } : {}),
+    containerStatuses: appStatuses,
+    qosClass: qosClass(pod),
+  };
+}
+
+/** The kubelet's getPhase for app containers. */
+function podPhase(pod: Pod, initialized: boolean, statuses: ContainerStatus[]): string {
+  if (!initialized) return 'Pending';
+  let waiting = 0, running = 0, stopped = 0, succeeded = 0;
+  for (const s of statuses) {
+    if (s.state?.running) running++;
+    else if (s.state?.terminated) {
+      stopped++;
+      if (s.state.terminated.exitCode === 0) succeeded++;
+    } else if (s.state?.waiting) {
+      if (s.lastState?.terminated) {
+        stopped++;
+        if (s.lastState.terminated.exitCode === 0) succeeded++;
+      } else waiting++;
+    }
+  }
+  if (waiting > 0) return 'Pending';
+  if (running > 0) return 'Running';
+  if (stopped > 0) {
+    const policy = restartPolicy(pod);
+    if (policy === 'Always') return 'Running';
+    if (stopped === succeeded) return 'Succeeded';
+    if (policy === 'Never') return 'Failed';
+    return 'Running';
+  }
+  return 'Pending';
+}
+
+/** BestEffort without any request or limit; Guaranteed when every container's limits equal requests for cpu and memory; else Burstable. */
+export function qosClass(pod: Pod): string {
+  const cs = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+  let any = false;
+  let guaranteed = cs.length > 0;
+  for (const c of cs) {
+    const req = { ...(c.resources?.limits ?? {}), ...(c.resources?.requests ?? {}) };
+    const lim = c.resources?.limits ?? {};
+    if (Object.keys(req).length || Object.keys(lim).length) any = true;
+    for (const r of ['cpu', 'memory']) {
+      if (lim[r] === undefined || String(req[r]) !== String(lim[r])) guaranteed = false;
+    }
+  }
+  if (!any) return 'BestEffort';
+  return guaranteed ? 'Guaranteed' : 'Burstable';
+}

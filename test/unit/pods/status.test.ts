@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { computePodStatus, qosClass } from '../../../src/pods/status.js';
+import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
+
+const T = Date.parse('2026-11-22T10:00:00Z');
+const pod = (restartPolicy = 'Always', extra: Partial<NonNullable<Pod['spec']>> = {}): Pod => ({
+  metadata: { name: 'web-node1', namespace: 'default', uid: 'u1' },
+  spec: { restartPolicy, hostNetwork: true, containers: [{ name: 'app', image: 'img' }], ...extra },
+});
+const ctr = (o: Partial<ObservedContainer>): ObservedContainer => ({
+  id: 'c1', name: 'app', podSandboxId: 's1', attempt: 0, state: 'running', restartCount: 0, hash: '', image: 'img', imageRef: 'sha256:abc', createdAt: T, startedAt: T, ...o,
+});
+const obs = (containers: ObservedContainer[], ready = true): ObservedPod => ({
+  uid: 'u1', name: 'web-node1', namespace: 'default', sandboxes: [{ id: 's1', attempt: 0, ready, createdAt: T }], containers,
+});
+const status = (p: Pod, o: ObservedPod, waiting = {}) => computePodStatus({ pod: p, observed: o, waiting, runtimeName: 'containerd', hostIP: '10.0.0.5', now: T });
+
+describe('computePodStatus', () => {
+  it('a running container: phase Running, Ready, running state with start time and IDs', () => {
+    const s = status(pod(), obs([ctr({})]));
+    expect(s.phase).toBe('Running');
+    expect(s.podIP).toBe('10.0.0.5');
+    expect(s.conditions!.find((c) => c.type === 'Ready')!.status).toBe('True');
+    expect(s.containerStatuses).toEqual([
+      { name: 'app', state: { running: { startedAt: '2026-11-22T10:00:00Z' } }, lastState: {}, ready: true, restartCount: 0, image: 'img', imageID: 'sha256:abc', containerID: 'containerd://c1', started: true },
+    ]);
+  });
+
+  it('crash loop: waiting CrashLoopBackOff with the last termination, phase Running under Always', () => {
+    const s = status(pod(), obs([ctr({ state: 'exited', exitCode: 1, restartCount: 3, finishedAt: T + 1000 })]), {
+      app: { reason: 'CrashLoopBackOff', message: 'back-off 40s restarting failed container=app pod=web-node1_default(u1)' },
+    });
+    expect(s.phase).toBe('Running');
+    expect(s.containerStatuses![0]).toMatchObject({
+      state: { waiting: { reason: 'CrashLoopBackOff' } },
+      lastState: { terminated: { exitCode: 1, reason: 'Error', finishedAt: '2026-11-22T10:00:01Z', containerID: 'containerd://c1' } },
+      restartCount: 3,
+      ready: false,
+    });
+  });
+
+  it.each([
+    ['Never', 1, 'Failed'],
+    ['Never', 0, 'Succeeded'],
+    ['OnFailure', 0, 'Succeeded'],
+    ['Always', 0, 'Running'],
+  ])('restartPolicy %s, exit %i -> %s', (policy, exitCode, phase) => {
+    const s = status(pod(policy), obs([ctr({ state: 'exited', exitCode, finishedAt: T })]));
+    expect(s.phase).toBe(phase);
+    expect(s.containerStatuses![0]!.state!.terminated!.reason).toBe(exitCode === 0 ? 'Completed' : 'Error');
+  });
+
+  it('no container yet: Pending with ContainerCreating, or the worker reason', () => {
+    expect(status(pod(), obs([])).containerStatuses![0]!.state).toEqual({ waiting: { reason: 'ContainerCreating' } });
+    const s = status(pod(), obs([]), { app: { reason: 'CreateContainerError', message: 'seccomp profile /x: not found' } });
+    expect(s.phase).toBe('Pending');
+    expect(s.containerStatuses![0]!.state).toEqual({ waiting: { reason: 'CreateContainerError', message: 'seccomp profile /x: not found' } });
+  });
+
+  it('init containers: app containers wait with PodInitializing until they succeed', () => {
+    const p = pod('Always', { initContainers: [{ name: 'init', image: 'img' }] });
+    const s = status(p, obs([ctr({ id: 'i1', name: 'init' })]));
+    expect(s.phase).toBe('Pending');
+    expect(s.conditions!.find((c) => c.type === 'Initialized')!.status).toBe('False');
+    expect(s.containerStatuses![0]!.state).toEqual({ waiting: { reason: 'PodInitializing' } });
+  });
+
+  it('qosClass', () => {
+    expect(qosClass(pod())).toBe('BestEffort');
+    expect(qosClass(pod('Always', { containers: [{ name: 'a', resources: { limits: { cpu: '1', memory: '1Gi' } } }] }))).toBe('Guaranteed');
+    expect(qosClass(pod('Always', { containers: [{ name: 'a', resources: { requests: { cpu: '1' } } }] }))).toBe('Burstable');
+  });
+});
