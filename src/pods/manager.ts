@@ -1,0 +1,303 @@
+/**
+ * The pod manager: one serialized worker per pod UID, a relist loop that wakes them,
+ * and the removal of runtime pods that no pod source wants any more.
+ *
+ * Contract: `setDesired` is called by the pod sources (static files now, the control
+ * plane later) with the full desired set whenever it changes; `syncOnce` is one relist
+ * turn (tests call it); `start`/`stop` run the loop. Nothing here keeps state that the
+ * runtime does not also hold, except reasons and backoffs for errors, which are
+ * re-learned after a restart.
+ */
+import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
+import { realClock, type Clock } from '../clock.js';
+import { errorMessage, NodeletError } from '../errors.js';
+import type { HealthCheck } from '../health/checks.js';
+import type { Logger } from '../log.js';
+import type { ObservedPod } from './observed.js';
+import { computePodActions, type Waiting } from './plan.js';
+import type { PodRuntime } from './runtime-port.js';
+import { computePodStatus } from './status.js';
+
+export interface PodManagerOptions {
+  runtime: PodRuntime;
+  logger: Logger;
+  clock?: Clock;
+  relistMs?: number;
+  hostIP?: string;
+  serializeImagePulls?: boolean;
+  /** Grace period for runtime pods found without a desired pod and without the annotation. */
+  defaultGracePeriodSeconds?: number;
+}
+
+/** Serializes async work: one at a time, in order. */
+class Mutex {
+  #tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const r = this.#tail.then(fn, fn);
+    this.#tail = r.catch(() => undefined);
+    return r;
+  }
+}
+
+const START_ERROR_BACKOFF = { initialMs: 1_000, maxMs: 60_000 };
+
+class PodWorker {
+  pod: Pod;
+  status: PodStatus | undefined;
+  observed: ObservedPod | undefined;
+  /** Reasons of failed starts, kept until the container starts or the backoff ends. */
+  readonly errors = new Map<string, Waiting & { until: number; failures: number }>();
+  terminating = false;
+  #queued = false;
+  #running: Promise<void> | undefined;
+
+  constructor(pod: Pod) {
+    this.pod = pod;
+  }
+
+  /** Runs `fn` now, or once more after the current run (coalescing requests). */
+  request(fn: () => Promise<void>): Promise<void> {
+    if (this.#running) {
+      this.#queued = true;
+      return this.#running;
+    }
+    this.#running = (async () => {
+      try {
+        do {
+          this.#queued = false;
+          await fn();
+        } while (this.#queued);
+      } finally {
+        this.#running = undefined;
+      }
+    })();
+    return this.#running;
+  }
+
+  idle(): Promise<void> {
+    return this.#running ?? Promise.resolve();
+  }
+}
+
+export class PodManager {
+  readonly #o: Required<Omit<PodManagerOptions, 'hostIP'>> & { hostIP?: string };
+  readonly #workers = new Map<string, PodWorker>();
+  readonly #pulls = new Mutex();
+  #desired = new Map<string, Pod>();
+  #ctl = new AbortController();
+  #loop: Promise<void> | undefined;
+  #lastTurn = 0;
+  #lastError = '';
+
+  constructor(o: PodManagerOptions) {
+    this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, ...o };
+  }
+
+  get #log(): Logger {
+    return this.#o.logger;
+  }
+
+  /** The full desired set from the sources. Wakes the workers of new and removed pods. */
+  setDesired(pods: Pod[]): void {
+    const next = new Map<string, Pod>();
+    for (const p of pods) {
+      const uid = p.metadata?.uid;
+      if (!uid) throw new NodeletError('INVALID_ARGUMENT', `pod ${p.metadata?.namespace}/${p.metadata?.name} has no uid`);
+      next.set(uid, p);
+    }
+    this.#desired = next;
+    for (const [uid, pod] of next) {
+      const w = this.#workers.get(uid);
+      if (w && !w.terminating) w.pod = pod;
+      else if (!w) {
+        this.#log.info({ pod: podKey(pod), uid }, 'pod added');
+        this.#workers.set(uid, new PodWorker(pod));
+      }
+    }
+    void this.syncOnce().catch(() => undefined);
+  }
+
+  /** Pods with their current status, for /pods and the checkpoint lookup. */
+  listPods(): Pod[] {
+    const out: Pod[] = [];
+    for (const [uid, pod] of this.#desired) {
+      const w = this.#workers.get(uid);
+      out.push({ apiVersion: 'v1', kind: 'Pod', ...pod, status: w?.status ?? { phase: 'Pending' } });
+    }
+    return out;
+  }
+
+  getPod(namespace: string, name: string): Pod | undefined {
+    return this.listPods().find((p) => p.metadata?.namespace === namespace && p.metadata?.name === name);
+  }
+
+  /** The loop's own liveness: it turns (whatever the runtime answers). */
+  healthCheck(maxAgeMs = Math.max(30_000, this.#o.relistMs * 10)): HealthCheck {
+    return {
+      name: 'pod-workers',
+      check: () => {
+        const age = this.#o.clock.now() - this.#lastTurn;
+        if (this.#lastTurn && age > maxAgeMs) throw new Error(`pod relist has not run for ${Math.round(age / 1000)}s`);
+      },
+    };
+  }
+
+  /** One relist: sync every desired pod and terminate runtime pods nobody wants. */
+  async syncOnce(): Promise<void> {
+    let all: ObservedPod[];
+    try {
+      all = await this.#o.runtime.listPods();
+      if (this.#lastError) this.#log.info('runtime answers again; pod sync resumed');
+      this.#lastError = '';
+    } catch (err) {
+      const msg = errorMessage(err);
+      if (msg !== this.#lastError) this.#log.warn({ err: msg }, `cannot list pods from the runtime: ${msg}`);
+      this.#lastError = msg;
+      return;
+    } finally {
+      this.#lastTurn = this.#o.clock.now();
+    }
+    const jobs: Promise<void>[] = [];
+    for (const [uid, w] of this.#workers) {
+      if (this.#desired.has(uid) && !w.terminating) jobs.push(w.request(() => this.#sync(w)));
+    }
+    for (const [uid, w] of this.#workers) {
+      if (w.terminating) jobs.push(w.idle());
+      if (!this.#desired.has(uid) && !w.terminating) {
+        w.terminating = true;
+        this.#log.info({ pod: podKey(w.pod), uid }, 'pod removed; stopping its containers');
+        jobs.push(w.request(() => this.#terminate(uid, w.pod, gracePeriod(w.pod, this.#o.defaultGracePeriodSeconds))));
+      }
+    }
+    for (const obs of all) {
+      if (this.#desired.has(obs.uid) || this.#workers.has(obs.uid)) continue;
+      const w = new PodWorker({ metadata: { name: obs.name, namespace: obs.namespace, uid: obs.uid } });
+      w.terminating = true;
+      this.#workers.set(obs.uid, w);
+      this.#log.info({ pod: `${obs.namespace}/${obs.name}`, uid: obs.uid }, 'runtime pod has no desired pod; removing it');
+      jobs.push(w.request(() => this.#terminate(obs.uid, w.pod, obs.gracePeriodSeconds ?? this.#o.defaultGracePeriodSeconds)));
+    }
+    await Promise.all(jobs);
+  }
+
+  async #sync(w: PodWorker): Promise<void> {
+    const rt = this.#o.runtime;
+    const pod = w.pod;
+    const uid = pod.metadata!.uid!;
+    const key = podKey(pod);
+    const log = this.#log.child({ pod: key, uid });
+    try {
+      let observed = await rt.observePod(uid);
+      const now = this.#o.clock.now();
+      const actions = computePodActions(pod, observed, now);
+      const waiting: Record<string, Waiting> = { ...actions.waiting };
+
+      if (actions.killPod) await this.#killAll(observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
+      let sandboxId = observed.sandboxes.find((s) => s.ready)?.id;
+      if (actions.createSandbox) {
+        log.info({ attempt: actions.createSandbox.attempt }, 'creating pod sandbox');
+        sandboxId = await rt.runSandbox(pod, actions.createSandbox.attempt);
+      }
+      for (const k of actions.kill) {
+        log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
+        await rt.stopContainer(k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds));
+      }
+      for (const s of actions.start) {
+        const spec = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].find((c) => c.name === s.name)!;
+        const prevErr = w.errors.get(s.name);
+        if (prevErr && now < prevErr.until) {
+          waiting[s.name] = { reason: prevErr.reason, ...(prevErr.message ? { message: prevErr.message } : {}) };
+          continue;
+        }
+        try {
+          const pull = () => rt.ensureImage(pod, spec);
+          await (this.#o.serializeImagePulls ? this.#pulls.run(pull) : pull());
+          const id = await rt.startContainer({ pod, container: spec, sandboxId: sandboxId!, restartCount: s.restartCount, init: s.init });
+          w.errors.delete(s.name);
+          log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
+        } catch (err) {
+          const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';
+          const failures = (prevErr?.failures ?? 0) + 1;
+          const delay = Math.min(START_ERROR_BACKOFF.maxMs, START_ERROR_BACKOFF.initialMs * 2 ** (failures - 1));
+          const message = errorMessage(err);
+          w.errors.set(s.name, { reason, message, until: now + delay, failures });
+          waiting[s.name] = { reason, message };
+          if (prevErr?.message !== message) log.warn({ container: s.name, reason }, `container ${s.name}: ${reason}: ${message}`);
+        }
+        if (s.init) break;
+      }
+      for (const id of actions.removeContainers) await rt.removeContainer(id).catch((e) => log.debug({ err: errorMessage(e) }, 'remove container'));
+      for (const id of actions.removeSandboxes) await rt.removeSandbox(id).catch((e) => log.debug({ err: errorMessage(e) }, 'remove sandbox'));
+
+      observed = await rt.observePod(uid);
+      w.observed = observed;
+      const status = computePodStatus({
+        pod,
+        observed,
+        waiting,
+        runtimeName: rt.runtimeName(),
+        hostIP: this.#o.hostIP,
+        previous: w.status,
+        now: this.#o.clock.now(),
+      });
+      if (w.status?.phase !== status.phase) log.info({ phase: status.phase }, `pod is ${status.phase}`);
+      w.status = status;
+    } catch (err) {
+      const msg = errorMessage(err);
+      log.warn({ err: msg }, `pod sync failed: ${msg}`);
+      w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
+    }
+  }
+
+  async #killAll(observed: ObservedPod, grace: number, log: Logger): Promise<void> {
+    const rt = this.#o.runtime;
+    await Promise.all(
+      observed.containers.filter((c) => c.state === 'running' || c.state === 'created').map((c) => rt.stopContainer(c.id, grace).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'))),
+    );
+    for (const s of observed.sandboxes) await rt.stopSandbox(s.id).catch((e) => log.warn({ err: errorMessage(e) }, 'stop sandbox'));
+  }
+
+  async #terminate(uid: string, pod: Pod, grace: number): Promise<void> {
+    const rt = this.#o.runtime;
+    const log = this.#log.child({ pod: podKey(pod), uid });
+    try {
+      const observed = await rt.observePod(uid);
+      await this.#killAll(observed, grace, log);
+      for (const c of observed.containers) await rt.removeContainer(c.id);
+      for (const s of observed.sandboxes) await rt.removeSandbox(s.id);
+      this.#workers.delete(uid);
+      log.info('pod removed from the runtime');
+    } catch (err) {
+      // Forget the worker: the next relist finds the runtime pod again and retries.
+      const msg = errorMessage(err);
+      log.warn({ err: msg }, `removing pod failed, will retry: ${msg}`);
+      this.#workers.delete(uid);
+    }
+  }
+
+  start(): void {
+    const signal = this.#ctl.signal;
+    this.#loop = (async () => {
+      while (!signal.aborted) {
+        await this.syncOnce().catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod relist failed'));
+        await this.#o.clock.sleep(this.#o.relistMs, signal).catch(() => undefined);
+      }
+    })();
+  }
+
+  /** Stops the loop and waits for workers in flight. Containers keep running: they belong to the runtime. */
+  async stop(): Promise<void> {
+    this.#ctl.abort();
+    await this.#loop;
+    await Promise.all([...this.#workers.values()].map((w) => w.idle()));
+  }
+}
+
+export function podKey(pod: Pod): string {
+  return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
+}
+
+function gracePeriod(pod: Pod, dflt: number): number {
+  const g = pod.spec?.terminationGracePeriodSeconds;
+  return typeof g === 'number' && g >= 0 ? g : dflt;
+}

@@ -1,0 +1,35 @@
+/**
+ * What the pod workers need from the container runtime, in nodelet's terms. The CRI
+ * adapter (cri-pod-runtime.ts) implements it over the CRI client; unit tests implement
+ * it in memory. Errors are NodeletErrors; `reason` in details (CreateContainerError,
+ * ErrImagePull, ...) becomes the container's waiting reason.
+ */
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import type { ObservedPod } from './observed.js';
+
+export interface StartSpec {
+  pod: Pod;
+  container: Container;
+  sandboxId: string;
+  restartCount: number;
+  init: boolean;
+}
+
+export interface PodRuntime {
+  /** Every pod the runtime holds that carries the kubelet's `io.kubernetes.pod.uid` label. */
+  listPods(): Promise<ObservedPod[]>;
+  /** What the runtime holds for one pod UID (sandboxes and containers, any state). */
+  observePod(uid: string): Promise<ObservedPod>;
+  /** Creates and starts a sandbox; returns its ID. */
+  runSandbox(pod: Pod, attempt: number): Promise<string>;
+  stopSandbox(id: string): Promise<void>;
+  removeSandbox(id: string): Promise<void>;
+  /** Makes the image present per imagePullPolicy; throws with reason ErrImagePull/ErrImageNeverPull. */
+  ensureImage(pod: Pod, container: Container): Promise<void>;
+  /** Creates and starts a container; throws with reason CreateContainerConfigError/CreateContainerError/RunContainerError. */
+  startContainer(spec: StartSpec): Promise<string>;
+  stopContainer(id: string, gracePeriodSeconds: number): Promise<void>;
+  removeContainer(id: string): Promise<void>;
+  /** `containerd`, `cri-o`: the prefix of container IDs in pod status. */
+  runtimeName(): string;
+}

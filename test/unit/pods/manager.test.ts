@@ -1,0 +1,186 @@
+import { describe, expect, it } from 'vitest';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Clock } from '../../../src/clock.js';
+import { NodeletError } from '../../../src/errors.js';
+import { silentLogger } from '../../../src/log.js';
+import { PodManager } from '../../../src/pods/manager.js';
+import type { ObservedContainer, ObservedPod, ObservedSandbox } from '../../../src/pods/observed.js';
+import { containerHash } from '../../../src/pods/plan.js';
+import type { PodRuntime, StartSpec } from '../../../src/pods/runtime-port.js';
+
+class ManualClock implements Clock {
+  constructor(public t = 1_000_000) {}
+  now() {
+    return this.t;
+  }
+  sleep(_ms: number, signal?: AbortSignal) {
+    return new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
+  }
+}
+
+/** An in-memory runtime with the same contract as the CRI adapter. */
+class MemRuntime implements PodRuntime {
+  sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string }>();
+  containers = new Map<string, ObservedContainer & { uid: string }>();
+  calls: string[] = [];
+  failStart = new Map<string, NodeletError>();
+  n = 0;
+  constructor(private clock: ManualClock) {}
+  async listPods(): Promise<ObservedPod[]> {
+    const uids = new Set([...this.sandboxes.values()].map((s) => s.uid));
+    return Promise.all([...uids].map((u) => this.observePod(u)));
+  }
+  async observePod(uid: string): Promise<ObservedPod> {
+    const sbs = [...this.sandboxes.values()].filter((s) => s.uid === uid);
+    return {
+      uid,
+      name: sbs[0]?.name ?? '',
+      namespace: sbs[0]?.namespace ?? '',
+      sandboxes: sbs.map(({ id, attempt, ready, createdAt }) => ({ id, attempt, ready, createdAt })),
+      containers: [...this.containers.values()].filter((c) => c.uid === uid).map(({ uid: _u, ...c }) => c),
+    };
+  }
+  async runSandbox(pod: Pod, attempt: number) {
+    const id = `s${++this.n}`;
+    this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
+    this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace! });
+    return id;
+  }
+  async stopSandbox(id: string) {
+    this.calls.push(`stopSandbox ${id}`);
+    const s = this.sandboxes.get(id);
+    if (s) s.ready = false;
+    for (const c of this.containers.values()) if (c.podSandboxId === id && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
+  }
+  async removeSandbox(id: string) {
+    this.calls.push(`removeSandbox ${id}`);
+    this.sandboxes.delete(id);
+  }
+  async ensureImage() {}
+  async startContainer(s: StartSpec) {
+    const err = this.failStart.get(s.container.name);
+    if (err) throw err;
+    const id = `c${++this.n}`;
+    this.calls.push(`startContainer ${s.container.name} ${s.restartCount}`);
+    this.containers.set(id, {
+      id, name: s.container.name, podSandboxId: s.sandboxId, attempt: s.restartCount, state: 'running', restartCount: s.restartCount,
+      hash: containerHash(s.container), image: s.container.image!, imageRef: 'sha256:x', createdAt: this.clock.now(), startedAt: this.clock.now(), uid: s.pod.metadata!.uid!,
+    });
+    return id;
+  }
+  async stopContainer(id: string) {
+    this.calls.push(`stopContainer ${id}`);
+    const c = this.containers.get(id);
+    if (c && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
+  }
+  async removeContainer(id: string) {
+    this.calls.push(`removeContainer ${id}`);
+    this.containers.delete(id);
+  }
+  runtimeName() {
+    return 'containerd';
+  }
+  exit(name: string, exitCode: number) {
+    for (const c of this.containers.values()) if (c.name === name && c.state === 'running') Object.assign(c, { state: 'exited', exitCode, finishedAt: this.clock.now() });
+  }
+}
+
+const mkPod = (uid: string, restartPolicy = 'Always'): Pod => ({
+  metadata: { name: `web-${uid}`, namespace: 'default', uid },
+  spec: { restartPolicy, terminationGracePeriodSeconds: 5, hostNetwork: true, containers: [{ name: 'app', image: 'busybox' }] },
+});
+
+function setup() {
+  const clock = new ManualClock();
+  const rt = new MemRuntime(clock);
+  const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, hostIP: '10.0.0.9' });
+  return { clock, rt, m };
+}
+
+describe('PodManager', () => {
+  it('runs a desired pod and reports it Running', async () => {
+    const { rt, m } = setup();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    expect(rt.calls).toEqual(['runSandbox web-u1 0', 'startContainer app 0']);
+    const [p] = m.listPods();
+    expect(p!.status!.phase).toBe('Running');
+    expect(p!.status!.containerStatuses![0]!.containerID).toMatch(/^containerd:\/\/c\d+$/);
+  });
+
+  it('adopts what the runtime already runs: a new manager starts nothing', async () => {
+    const { rt, clock, m } = setup();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    const before = [...rt.containers.keys()];
+    rt.calls = [];
+    const m2 = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m2.setDesired([mkPod('u1')]);
+    await m2.syncOnce();
+    expect(rt.calls).toEqual([]);
+    expect([...rt.containers.keys()]).toEqual(before);
+    expect(m2.listPods()[0]!.status!.phase).toBe('Running');
+  });
+
+  it('a crashing container restarts at once, then backs off with CrashLoopBackOff', async () => {
+    const { rt, clock, m } = setup();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    rt.exit('app', 1);
+    clock.t += 1000;
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.containerStatuses![0]).toMatchObject({ restartCount: 1, state: { running: {} } });
+    rt.exit('app', 1);
+    clock.t += 1000;
+    await m.syncOnce();
+    const st = m.listPods()[0]!.status!.containerStatuses![0]!;
+    expect(st.state!.waiting!.reason).toBe('CrashLoopBackOff');
+    expect(st.restartCount).toBe(1);
+    clock.t += 10_000;
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.containerStatuses![0]).toMatchObject({ restartCount: 2, state: { running: {} } });
+  });
+
+  it('a removed pod is stopped with its grace period and removed with its sandbox', async () => {
+    const { rt, m } = setup();
+    m.setDesired([mkPod('u1'), mkPod('u2')]);
+    await m.syncOnce();
+    rt.calls = [];
+    m.setDesired([mkPod('u2')]);
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => !c.startsWith('startContainer'))).toEqual([
+      expect.stringMatching(/^stopContainer c\d+$/),
+      expect.stringMatching(/^stopSandbox s\d+$/),
+      expect.stringMatching(/^removeContainer c\d+$/),
+      expect.stringMatching(/^removeSandbox s\d+$/),
+    ]);
+    expect(m.listPods().map((p) => p.metadata!.uid)).toEqual(['u2']);
+    expect((await rt.listPods()).map((p) => p.uid)).toEqual(['u2']);
+  });
+
+  it('removes runtime pods that no source wants (after a restart)', async () => {
+    const { rt, clock, m } = setup();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    const m2 = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m2.setDesired([]);
+    await m2.syncOnce();
+    expect(await rt.listPods()).toEqual([]);
+  });
+
+  it('a start error becomes the waiting reason, retried after a backoff', async () => {
+    const { rt, clock, m } = setup();
+    rt.failStart.set('app', new NodeletError('INVALID_ARGUMENT', 'seccomp profile /r/seccomp/x.json: no such file', { reason: 'CreateContainerError' }));
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.containerStatuses![0]!.state).toEqual({
+      waiting: { reason: 'CreateContainerError', message: 'seccomp profile /r/seccomp/x.json: no such file' },
+    });
+    rt.failStart.clear();
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('startContainer'))).toEqual([]);
+    clock.t += 1000;
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+  });
+});
