@@ -1,0 +1,142 @@
+/**
+ * Pod and container specs -> CRI PodSandboxConfig / ContainerConfig, as the kubelet
+ * builds them: its labels and annotations (so a restarted nodelet finds and adopts its
+ * containers by label), host namespaces, resources as Linux cgroup values, seccomp.
+ * Pure: the adapter sends the result. Field names are proto-loader's camelCase of the
+ * CRI runtime.v1 messages; enums are their string names.
+ */
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import { containerHash } from './plan.js';
+
+export const LABEL_POD_NAME = 'io.kubernetes.pod.name';
+export const LABEL_POD_NAMESPACE = 'io.kubernetes.pod.namespace';
+export const LABEL_POD_UID = 'io.kubernetes.pod.uid';
+export const LABEL_CONTAINER_NAME = 'io.kubernetes.container.name';
+export const ANN_CONTAINER_HASH = 'io.kubernetes.container.hash';
+export const ANN_RESTART_COUNT = 'io.kubernetes.container.restartCount';
+export const ANN_TERMINATION_MESSAGE_PATH = 'io.kubernetes.container.terminationMessagePath';
+export const ANN_TERMINATION_MESSAGE_POLICY = 'io.kubernetes.container.terminationMessagePolicy';
+export const ANN_PORTS = 'io.kubernetes.container.ports';
+export const ANN_GRACE_PERIOD = 'io.kubernetes.pod.terminationGracePeriod';
+/** Marks what nodelet created, like the kubelet's `io.kubernetes.container.*` set; CRI labels only take strings. */
+export const LABEL_MANAGED_BY = 'io.kubernetes.pod.managed-by';
+
+export interface SandboxOptions {
+  /** `<podLogsDir>/<namespace>_<name>_<uid>` directory for container logs. */
+  logDirectory: string;
+  clusterDNS?: string[];
+  clusterDomain?: string;
+}
+
+type CriObject = Record<string, unknown>;
+
+function podLabels(pod: Pod): Record<string, string> {
+  return {
+    ...(pod.metadata?.labels ?? {}),
+    [LABEL_POD_NAME]: pod.metadata!.name!,
+    [LABEL_POD_NAMESPACE]: pod.metadata!.namespace ?? 'default',
+    [LABEL_POD_UID]: pod.metadata!.uid!,
+  };
+}
+
+function namespaceOptions(pod: Pod): CriObject {
+  const s: Partial<NonNullable<Pod['spec']>> = pod.spec ?? {};
+  return {
+    network: s.hostNetwork ? 'NODE' : 'POD',
+    pid: s.hostPID ? 'NODE' : s.shareProcessNamespace ? 'POD' : 'CONTAINER',
+    ipc: s.hostIPC ? 'NODE' : 'POD',
+  };
+}
+
+export function sandboxConfig(pod: Pod, attempt: number, o: SandboxOptions): CriObject {
+  const spec = pod.spec ?? { containers: [] };
+  const ports = spec.containers.flatMap((c) =>
+    (c.ports ?? []).filter((p) => p.hostPort).map((p) => ({ protocol: p.protocol ?? 'TCP', containerPort: p.containerPort, hostPort: p.hostPort, hostIp: p.hostIP ?? '' })),
+  );
+  const cfg: CriObject = {
+    metadata: { name: pod.metadata!.name, uid: pod.metadata!.uid, namespace: pod.metadata!.namespace ?? 'default', attempt },
+    logDirectory: o.logDirectory,
+    labels: podLabels(pod),
+    annotations: { ...(pod.metadata?.annotations ?? {}) },
+    portMappings: ports,
+    linux: {
+      securityContext: {
+        namespaceOptions: namespaceOptions(pod),
+        ...(spec.securityContext?.runAsUser !== undefined ? { runAsUser: { value: spec.securityContext.runAsUser } } : {}),
+      },
+      sysctls: Object.fromEntries((spec.securityContext?.sysctls ?? []).map((s) => [s.name, s.value])),
+    },
+  };
+  // containerd refuses a hostname for a sandbox in the host's UTS namespace (FACTS.md);
+  // the kubelet sets it only for pods with their own network.
+  if (!spec.hostNetwork) {
+    cfg.hostname = spec.hostname ?? pod.metadata!.name;
+    if (spec.dnsPolicy !== 'Default' && o.clusterDNS?.length) {
+      const ns = pod.metadata!.namespace ?? 'default';
+      const d = o.clusterDomain;
+      cfg.dnsConfig = { servers: o.clusterDNS, searches: d ? [`${ns}.svc.${d}`, `svc.${d}`, d] : [], options: ['ndots:5'] };
+    }
+  }
+  return cfg;
+}
+
+export interface ContainerOptions {
+  restartCount: number;
+  seccomp: { profileType: 'RuntimeDefault' | 'Unconfined' | 'Localhost'; localhostRef?: string };
+  /** Parses a resource quantity to base units (cores for cpu, bytes for memory). */
+  quantity: (q: string | number) => number;
+}
+
+export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): CriObject {
+  const limits = c.resources?.limits ?? {};
+  const requests = { ...limits, ...(c.resources?.requests ?? {}) };
+  const resources: CriObject = {};
+  if (limits.cpu !== undefined) {
+    const period = 100_000;
+    resources.cpuPeriod = period;
+    resources.cpuQuota = Math.max(1000, Math.round(o.quantity(limits.cpu) * period));
+  }
+  resources.cpuShares = requests.cpu !== undefined ? Math.max(2, Math.round(o.quantity(requests.cpu) * 1024)) : 2;
+  if (limits.memory !== undefined) resources.memoryLimitInBytes = Math.round(o.quantity(limits.memory));
+  const sc = c.securityContext ?? {};
+  const psc = pod.spec?.securityContext ?? {};
+  const runAsUser = sc.runAsUser ?? psc.runAsUser;
+  const ports = (c.ports ?? []).map((p) => ({ containerPort: p.containerPort, protocol: p.protocol ?? 'TCP', ...(p.name ? { name: p.name } : {}) }));
+  return {
+    metadata: { name: c.name, attempt: o.restartCount },
+    image: { image: c.image },
+    command: c.command ?? [],
+    args: c.args ?? [],
+    workingDir: c.workingDir ?? '',
+    envs: (c.env ?? []).filter((e) => e.value !== undefined || !e.valueFrom).map((e) => ({ key: e.name, value: e.value ?? '' })),
+    labels: {
+      [LABEL_POD_NAME]: pod.metadata!.name!,
+      [LABEL_POD_NAMESPACE]: pod.metadata!.namespace ?? 'default',
+      [LABEL_POD_UID]: pod.metadata!.uid!,
+      [LABEL_CONTAINER_NAME]: c.name,
+    },
+    annotations: {
+      [ANN_CONTAINER_HASH]: containerHash(c),
+      [ANN_RESTART_COUNT]: String(o.restartCount),
+      [ANN_TERMINATION_MESSAGE_PATH]: c.terminationMessagePath ?? '/dev/termination-log',
+      [ANN_TERMINATION_MESSAGE_POLICY]: c.terminationMessagePolicy ?? 'File',
+      [ANN_GRACE_PERIOD]: String(pod.spec?.terminationGracePeriodSeconds ?? 30),
+      ...(ports.length ? { [ANN_PORTS]: JSON.stringify(ports) } : {}),
+    },
+    logPath: `${c.name}/${o.restartCount}.log`,
+    stdin: !!c.stdin,
+    stdinOnce: !!c.stdinOnce,
+    tty: !!c.tty,
+    linux: {
+      resources,
+      securityContext: {
+        privileged: !!sc.privileged,
+        namespaceOptions: namespaceOptions(pod),
+        seccomp: { profileType: o.seccomp.profileType, localhostRef: o.seccomp.localhostRef ?? '' },
+        readonlyRootfs: !!sc.readOnlyRootFilesystem,
+        noNewPrivs: sc.allowPrivilegeEscalation === false,
+        ...(runAsUser !== undefined ? { runAsUser: { value: runAsUser } } : {}),
+      },
+    },
+  };
+}
