@@ -1,0 +1,218 @@
+/**
+ * The CRI client: nodelet's only connection to the container runtime (containerd,
+ * CRI-O, or the test CRI server), over gRPC on `unix://` sockets.
+ *
+ * - Built by the composition root once; shared by the pod workers, the runtime health
+ *   loop and the checkpoint endpoint. Constructing it connects nothing: the channel
+ *   connects on the first call.
+ * - Every call has a deadline (requestTimeoutMs; longer for stop, pull and checkpoint)
+ *   and never waits for the runtime to appear: with the socket missing or dead a call
+ *   fails at once with UNAVAILABLE instead of hanging.
+ * - A restarted runtime on the same socket is picked up by the same client: grpc-js
+ *   reconnects by itself, and the reconnect backoff is capped at ~1 s so the first call
+ *   after the runtime is back succeeds within about a second.
+ * - Errors are NodeletErrors mapped in errors.ts. No retries here.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { NodeletError } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import { fromGrpcError } from './errors.js';
+import { loadCriPackage } from './proto.js';
+import type {
+  CheckpointRequest,
+  Container,
+  ContainerConfig,
+  ContainerFilter,
+  ContainerStatus,
+  Image,
+  ImageService,
+  PodSandbox,
+  PodSandboxConfig,
+  PodSandboxFilter,
+  PodSandboxStatus,
+  RuntimeService,
+  RuntimeStatusInfo,
+  VersionInfo,
+} from './types.js';
+
+/** The CRI API version nodelet speaks, sent in VersionRequest like the kubelet's. */
+export const CRI_API_VERSION = 'v1';
+
+export interface CriClientOptions {
+  /** `unix:///run/containerd/containerd.sock` (a bare absolute path is accepted too). */
+  runtimeEndpoint: string;
+  /** Defaults to runtimeEndpoint. */
+  imageEndpoint?: string;
+  /** Deadline of each call (the kubelet's runtimeRequestTimeout, 2 min by default). */
+  requestTimeoutMs: number;
+  /** Deadline of PullImage; default max(requestTimeoutMs, 10 min): pulls of big images are slow. */
+  pullTimeoutMs?: number;
+  logger?: Logger;
+}
+
+export interface CriClient extends RuntimeService, ImageService {
+  readonly runtimeEndpoint: string;
+  readonly imageEndpoint: string;
+  /** Closes the channels; later calls fail. Idempotent. */
+  close(): void;
+}
+
+/** Normalizes an endpoint flag value to a grpc-js target, or throws INVALID_ARGUMENT naming `param`. */
+export function parseEndpoint(param: string, value: string): string {
+  if (value.startsWith('unix://')) {
+    const p = value.slice('unix://'.length);
+    if (p.startsWith('/') && p.length > 1) return value;
+  } else if (value.startsWith('/') && value.length > 1) {
+    return `unix://${value}`;
+  }
+  throw new NodeletError('INVALID_ARGUMENT', `${param} "${value}": expected a unix socket endpoint such as unix:///run/containerd/containerd.sock`, { param, value });
+}
+
+const CHANNEL_OPTIONS: grpc.ChannelOptions = {
+  // grpc-js backs off reconnects up to 120 s by default, which would leave a restarted
+  // runtime unused for minutes. A local socket is cheap to retry.
+  'grpc.initial_reconnect_backoff_ms': 200,
+  'grpc.max_reconnect_backoff_ms': 1000,
+  // The kubelet's limit: ListContainers on a busy node exceeds grpc's 4 MiB default.
+  'grpc.max_receive_message_length': 16 * 1024 * 1024,
+  'grpc.max_send_message_length': 16 * 1024 * 1024,
+};
+
+type Callback = (err: grpc.ServiceError | null, res: unknown) => void;
+type UnaryMethod = (req: object, md: grpc.Metadata, opts: grpc.CallOptions, cb: Callback) => grpc.ClientUnaryCall;
+
+export function createCriClient(opts: CriClientOptions): CriClient {
+  const runtimeEndpoint = parseEndpoint('containerRuntimeEndpoint', opts.runtimeEndpoint);
+  const imageEndpoint = opts.imageEndpoint ? parseEndpoint('imageServiceEndpoint', opts.imageEndpoint) : runtimeEndpoint;
+  if (!(opts.requestTimeoutMs > 0)) {
+    throw new NodeletError('INVALID_ARGUMENT', `requestTimeoutMs must be a positive number of milliseconds, got ${opts.requestTimeoutMs}`, { param: 'requestTimeoutMs' });
+  }
+  const log = (opts.logger ?? silentLogger()).child({ component: 'cri-client' });
+  const requestTimeoutMs = opts.requestTimeoutMs;
+  const pullTimeoutMs = opts.pullTimeoutMs ?? Math.max(requestTimeoutMs, 10 * 60_000);
+
+  const pkg = loadCriPackage();
+  const creds = grpc.credentials.createInsecure();
+  const runtimeClient = new pkg.RuntimeService(runtimeEndpoint, creds, CHANNEL_OPTIONS);
+  const imageClient =
+    imageEndpoint === runtimeEndpoint
+      ? new pkg.ImageService(imageEndpoint, creds, { ...CHANNEL_OPTIONS, channelOverride: runtimeClient.getChannel() })
+      : new pkg.ImageService(imageEndpoint, creds, CHANNEL_OPTIONS);
+  let closed = false;
+
+  function call<Res>(client: grpc.Client, method: string, req: object, deadlineMs = requestTimeoutMs): Promise<Res> {
+    if (closed) return Promise.reject(new NodeletError('CANCELLED', `${method}: CRI client closed`, { method }));
+    const fn = (client as unknown as Record<string, UnaryMethod>)[method]!;
+    const started = Date.now();
+    return new Promise<Res>((resolve, reject) => {
+      // waitForReady false: fail fast with UNAVAILABLE while the runtime is away.
+      const md = new grpc.Metadata({ waitForReady: false });
+      fn.call(client, req, md, { deadline: started + deadlineMs }, (err, res) => {
+        const ms = Date.now() - started;
+        if (err) {
+          const e = fromGrpcError(method, err);
+          log.debug({ method, ms, code: e.code, err: e.message }, 'CRI call failed');
+          reject(e);
+          return;
+        }
+        log.trace({ method, ms }, 'CRI call');
+        resolve(res as Res);
+      });
+    });
+  }
+
+  const rt = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>(runtimeClient, method, req, deadlineMs);
+  const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>(imageClient, method, req, deadlineMs);
+
+  return {
+    runtimeEndpoint,
+    imageEndpoint,
+
+    async version() {
+      return (await rt('Version', { version: CRI_API_VERSION })) as unknown as VersionInfo;
+    },
+    async status(verbose = false) {
+      const res = await rt('Status', { verbose });
+      const status = res.status as { conditions: RuntimeStatusInfo['conditions'] } | null;
+      return { conditions: status?.conditions ?? [], info: (res.info as Record<string, string>) ?? {} };
+    },
+    async runPodSandbox(config: PodSandboxConfig, runtimeHandler = '') {
+      const res = await rt('RunPodSandbox', { config, runtimeHandler });
+      return res.podSandboxId as string;
+    },
+    async stopPodSandbox(id: string) {
+      await rt('StopPodSandbox', { podSandboxId: id });
+    },
+    async removePodSandbox(id: string) {
+      await rt('RemovePodSandbox', { podSandboxId: id });
+    },
+    async podSandboxStatus(id: string) {
+      const res = await rt('PodSandboxStatus', { podSandboxId: id, verbose: false });
+      if (!res.status) throw new NodeletError('INTERNAL', `PodSandboxStatus: runtime returned no status for sandbox ${id}`, { method: 'PodSandboxStatus', id });
+      return res.status as PodSandboxStatus;
+    },
+    async listPodSandbox(filter?: PodSandboxFilter) {
+      const f = filter && { id: filter.id ?? '', labelSelector: filter.labelSelector ?? {}, ...(filter.state ? { state: { state: filter.state } } : {}) };
+      const res = await rt('ListPodSandbox', f ? { filter: f } : {});
+      return (res.items as PodSandbox[]) ?? [];
+    },
+    async createContainer(podSandboxId: string, config: ContainerConfig, sandboxConfig: PodSandboxConfig) {
+      const res = await rt('CreateContainer', { podSandboxId, config, sandboxConfig });
+      return res.containerId as string;
+    },
+    async startContainer(id: string) {
+      await rt('StartContainer', { containerId: id });
+    },
+    async stopContainer(id: string, timeoutSec: number) {
+      // The runtime waits up to timeoutSec before it kills: the deadline must cover that.
+      const grace = Math.max(0, Math.floor(timeoutSec));
+      await rt('StopContainer', { containerId: id, timeout: grace }, requestTimeoutMs + grace * 1000);
+    },
+    async removeContainer(id: string) {
+      await rt('RemoveContainer', { containerId: id });
+    },
+    async listContainers(filter?: ContainerFilter) {
+      const f = filter && {
+        id: filter.id ?? '',
+        podSandboxId: filter.podSandboxId ?? '',
+        labelSelector: filter.labelSelector ?? {},
+        ...(filter.state ? { state: { state: filter.state } } : {}),
+      };
+      const res = await rt('ListContainers', f ? { filter: f } : {});
+      return (res.containers as Container[]) ?? [];
+    },
+    async containerStatus(id: string) {
+      const res = await rt('ContainerStatus', { containerId: id, verbose: false });
+      if (!res.status) throw new NodeletError('INTERNAL', `ContainerStatus: runtime returned no status for container ${id}`, { method: 'ContainerStatus', id });
+      return res.status as ContainerStatus;
+    },
+    async checkpointContainer(req: CheckpointRequest, o: { deadlineMs?: number } = {}) {
+      const timeoutSec = Math.max(0, Math.floor(req.timeoutSec));
+      const deadlineMs = o.deadlineMs ?? Math.max(requestTimeoutMs, timeoutSec * 1000);
+      await rt('CheckpointContainer', { containerId: req.containerId, location: req.location, timeout: timeoutSec }, deadlineMs);
+    },
+
+    async imageStatus(image: string) {
+      const res = await img('ImageStatus', { image: { image }, verbose: false });
+      return (res.image as Image | null) ?? undefined;
+    },
+    async pullImage(image: string, sandboxConfig?: PodSandboxConfig) {
+      const res = await img('PullImage', { image: { image }, ...(sandboxConfig ? { sandboxConfig } : {}) }, pullTimeoutMs);
+      return res.imageRef as string;
+    },
+    async listImages() {
+      const res = await img('ListImages', {});
+      return (res.images as Image[]) ?? [];
+    },
+    async removeImage(image: string) {
+      await img('RemoveImage', { image: { image } });
+    },
+
+    close() {
+      if (closed) return;
+      closed = true;
+      imageClient.close();
+      runtimeClient.close();
+    },
+  };
+}

@@ -1,0 +1,208 @@
+/**
+ * Runtime health: polls the runtime's Status and Version and keeps what the node's Ready
+ * condition and the health detail need (RuntimeReady, NetworkReady, reason, message).
+ *
+ * A loop object (STYLE.md): constructing it starts nothing; `start(signal)` runs the loop
+ * until the signal aborts or `stop()` is called; `syncOnce()` is one check, for tests and
+ * for callers that want a fresh answer. The loop never throws: a missing or dead runtime
+ * is a state (`ContainerRuntimeDown`), retried with a capped backoff so that recovery is
+ * seen within a few seconds of the runtime coming back.
+ */
+import type { Clock } from '../clock.js';
+import { backoffDelay } from '../clock.js';
+import { errorMessage } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import type { RuntimeService, RuntimeStatusInfo, VersionInfo } from './types.js';
+
+export interface RuntimeState {
+  /** The runtime answers and its `RuntimeReady` condition is true. */
+  runtimeReady: boolean;
+  /** The runtime's `NetworkReady` condition (false without CNI config; hostNetwork pods run anyway). */
+  networkReady: boolean;
+  /**
+   * CamelCase summary, worst first: `ContainerRuntimeUnknown` (not checked yet),
+   * `ContainerRuntimeDown` (no answer), `ContainerRuntimeNotReady` (RuntimeReady false),
+   * the runtime's NetworkReady reason (e.g. `NetworkPluginNotReady`) when only the network
+   * is not ready, `ContainerRuntimeReady` when both are.
+   */
+  reason: string;
+  /** Human-readable, in the kubelet's wording (`container runtime is down: ...`). */
+  message: string;
+  /** The runtime's NetworkReady reason and message, kept apart for the node condition. */
+  networkReason?: string;
+  networkMessage?: string;
+  runtimeName?: string;
+  runtimeVersion?: string;
+  runtimeApiVersion?: string;
+  /** Clock time (ms) of the last check. */
+  lastChecked?: number;
+  /** Error of the last failed check; cleared by a successful one. */
+  lastError?: string;
+}
+
+export const INITIAL_RUNTIME_STATE: RuntimeState = Object.freeze({
+  runtimeReady: false,
+  networkReady: false,
+  reason: 'ContainerRuntimeUnknown',
+  message: 'container runtime status check may not have completed yet',
+});
+
+/**
+ * Pure: the state after one check. `status`/`version` are the answers, or `error` when a
+ * call failed. Names and versions from the previous state are kept while the runtime is down.
+ */
+export function deriveRuntimeState(
+  prev: RuntimeState,
+  now: number,
+  r: { status: RuntimeStatusInfo; version: VersionInfo } | { error: unknown },
+): RuntimeState {
+  const keep = {
+    ...(prev.runtimeName !== undefined ? { runtimeName: prev.runtimeName } : {}),
+    ...(prev.runtimeVersion !== undefined ? { runtimeVersion: prev.runtimeVersion } : {}),
+    ...(prev.runtimeApiVersion !== undefined ? { runtimeApiVersion: prev.runtimeApiVersion } : {}),
+  };
+  if ('error' in r) {
+    const msg = errorMessage(r.error);
+    return { ...keep, runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: `container runtime is down: ${msg}`, lastChecked: now, lastError: msg };
+  }
+  const cond = (type: string) => r.status.conditions.find((c) => c.type === type);
+  const rt = cond('RuntimeReady');
+  const net = cond('NetworkReady');
+  const runtimeReady = rt?.status === true;
+  const networkReady = net?.status === true;
+  const base = {
+    runtimeReady,
+    networkReady,
+    runtimeName: r.version.runtimeName,
+    runtimeVersion: r.version.runtimeVersion,
+    runtimeApiVersion: r.version.runtimeApiVersion,
+    lastChecked: now,
+    ...(net && !networkReady ? { networkReason: net.reason, networkMessage: net.message } : {}),
+    ...(!net ? { networkReason: 'NetworkConditionMissing', networkMessage: 'the runtime reports no NetworkReady condition' } : {}),
+  };
+  if (!rt) {
+    return { ...base, reason: 'ContainerRuntimeNotReady', message: 'container runtime not ready: the runtime reports no RuntimeReady condition' };
+  }
+  if (!runtimeReady) {
+    return { ...base, reason: 'ContainerRuntimeNotReady', message: `container runtime not ready: RuntimeReady=false reason:${rt.reason} message:${rt.message}` };
+  }
+  if (!networkReady) {
+    const reason = net?.reason || 'NetworkNotReady';
+    return { ...base, reason, message: `container runtime network not ready: NetworkReady=false reason:${net?.reason ?? ''} message:${net?.message ?? ''}` };
+  }
+  return { ...base, reason: 'ContainerRuntimeReady', message: 'container runtime is ready' };
+}
+
+function sameState(a: RuntimeState, b: RuntimeState): boolean {
+  return (
+    a.runtimeReady === b.runtimeReady &&
+    a.networkReady === b.networkReady &&
+    a.reason === b.reason &&
+    a.message === b.message &&
+    a.networkReason === b.networkReason &&
+    a.networkMessage === b.networkMessage &&
+    a.runtimeName === b.runtimeName &&
+    a.runtimeVersion === b.runtimeVersion
+  );
+}
+
+export interface RuntimeHealthOptions {
+  runtime: Pick<RuntimeService, 'status' | 'version'>;
+  clock: Clock;
+  logger?: Logger;
+  /** Poll period while the runtime answers (the kubelet checks every 5 s). */
+  intervalMs?: number;
+  /** Retry backoff while it does not: base doubling to max. */
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** Called after a check that changed the state (not for lastChecked alone). Errors are logged, never thrown. */
+  onChange?: (state: RuntimeState, previous: RuntimeState) => void;
+}
+
+export class RuntimeHealth {
+  #state: RuntimeState = INITIAL_RUNTIME_STATE;
+  #failures = 0;
+  #abort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+  readonly #o: Required<Omit<RuntimeHealthOptions, 'onChange' | 'logger'>> & Pick<RuntimeHealthOptions, 'onChange'>;
+  readonly #log: Logger;
+
+  constructor(o: RuntimeHealthOptions) {
+    this.#o = { intervalMs: 5000, backoffBaseMs: 1000, backoffMaxMs: 5000, ...o };
+    this.#log = (o.logger ?? silentLogger()).child({ component: 'runtime-health' });
+  }
+
+  /** The last known state (a frozen snapshot). */
+  state(): RuntimeState {
+    return this.#state;
+  }
+
+  /** Consecutive failed checks (0 while the runtime answers). */
+  failures(): number {
+    return this.#failures;
+  }
+
+  /** One check: Status then Version. Never throws; returns the new state. */
+  async syncOnce(): Promise<RuntimeState> {
+    let next: RuntimeState;
+    try {
+      const status = await this.#o.runtime.status(false);
+      const version = await this.#o.runtime.version();
+      next = deriveRuntimeState(this.#state, this.#o.clock.now(), { status, version });
+      this.#failures = 0;
+    } catch (err) {
+      next = deriveRuntimeState(this.#state, this.#o.clock.now(), { error: err });
+      this.#failures++;
+    }
+    const prev = this.#state;
+    this.#state = Object.freeze(next);
+    if (!sameState(prev, next)) {
+      const fields = { runtimeReady: next.runtimeReady, networkReady: next.networkReady, reason: next.reason, message: next.message };
+      if (next.runtimeReady) this.#log.info(fields, 'container runtime state changed');
+      else this.#log.warn(fields, 'container runtime state changed');
+      try {
+        this.#o.onChange?.(next, prev);
+      } catch (err) {
+        this.#log.error({ err: errorMessage(err) }, 'runtime state listener failed');
+      }
+    }
+    return next;
+  }
+
+  /** Delay before the next check: the interval while answering, else the capped backoff. */
+  nextDelayMs(): number {
+    if (this.#failures === 0) return this.#o.intervalMs;
+    return backoffDelay(this.#failures - 1, this.#o.backoffBaseMs, this.#o.backoffMaxMs);
+  }
+
+  /** Starts the loop (first check at once). Idempotent while running. */
+  start(signal?: AbortSignal): void {
+    if (this.#loop) return;
+    const abort = new AbortController();
+    this.#abort = abort;
+    const onOuterAbort = () => abort.abort(signal?.reason);
+    if (signal?.aborted) abort.abort(signal.reason);
+    else signal?.addEventListener('abort', onOuterAbort, { once: true });
+    this.#loop = (async () => {
+      while (!abort.signal.aborted) {
+        await this.syncOnce();
+        try {
+          await this.#o.clock.sleep(this.nextDelayMs(), abort.signal);
+        } catch {
+          break; // aborted
+        }
+      }
+    })().finally(() => {
+      signal?.removeEventListener('abort', onOuterAbort);
+    });
+  }
+
+  /** Stops the loop and waits for an in-flight check to finish. Idempotent. */
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    const loop = this.#loop;
+    this.#loop = undefined;
+    this.#abort = undefined;
+    await loop;
+  }
+}

@@ -1,0 +1,616 @@
+/**
+ * A CRI server for tests: speaks proto/api.proto (the same runtime.v1 services nodelet's
+ * client uses) over a unix socket with grpc-js, and keeps sandboxes, containers and images
+ * in memory. It behaves like containerd 1.6 where nodelet depends on it (FACTS.md):
+ * reserved names, NOT_FOUND for Stop of an unknown ID, OK for Remove of an unknown ID,
+ * ImageStatus of an absent image answers no image, a missing Localhost seccomp file fails
+ * CreateContainer with UNKNOWN and containerd's message, exit reasons `Completed`/`Error`.
+ *
+ * Containers run nothing. A container whose command is `sh -c "exit N"` (or `true` /
+ * `false`) exits with N right after StartContainer, like the real one would; any other
+ * keeps running until `exitContainer(id, code)`, StopContainer (exit 137, as a SIGKILL
+ * after the grace period), or a stop of its sandbox.
+ *
+ * Test controls: `failWith` (error per method, optionally N times), `setLatency` (per
+ * method), `setConditions` (Status), `checkpointDelayMs`, `calls` (every request, in
+ * order). CheckpointContainer writes a real tar archive (tar-stream) at `location`.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import tar from 'tar-stream';
+import { loadCriPackage } from '../../src/runtime/proto.js';
+import type {
+  ContainerConfig,
+  ContainerState,
+  Image,
+  PodSandboxConfig,
+  PodSandboxState,
+  RuntimeCondition,
+} from '../../src/runtime/types.js';
+
+export interface RecordedCall {
+  method: string;
+  request: Record<string, unknown>;
+  /** Date.now() when the server received it. */
+  at: number;
+}
+
+export interface InjectedError {
+  code: grpc.status;
+  message: string;
+  /** How many calls fail; default: every call until cleared. */
+  times?: number;
+}
+
+interface FakeSandbox {
+  id: string;
+  config: PodSandboxConfig;
+  name: string;
+  state: PodSandboxState;
+  createdAt: number;
+  runtimeHandler: string;
+}
+
+interface FakeContainer {
+  id: string;
+  sandboxId: string;
+  name: string;
+  config: ContainerConfig;
+  state: ContainerState;
+  createdAt: number;
+  startedAt: number;
+  finishedAt: number;
+  exitCode: number;
+  reason: string;
+  message: string;
+  imageId: string;
+  imageRef: string;
+}
+
+export interface FakeRuntimeOptions {
+  /** Socket path; default a fresh temporary directory's `cri.sock` (removed on stop). */
+  socketPath?: string;
+  /** Images present at start, by full reference; default docker.io/local/{busybox,pause}:latest. */
+  images?: string[];
+  /** Images PullImage can fetch (besides present ones); others fail like an unreachable registry. */
+  pullable?: string[];
+}
+
+const NANOS_PER_MS = 1_000_000;
+const nowNanos = () => Date.now() * NANOS_PER_MS;
+const newId = () => crypto.randomBytes(32).toString('hex');
+
+/** Normalizes an image reference the way containerd does: docker.io/library, :latest. */
+export function normalizeImageRef(ref: string): string {
+  if (ref.startsWith('sha256:')) return ref;
+  let name = ref;
+  const slash = name.indexOf('/');
+  const first = slash < 0 ? '' : name.slice(0, slash);
+  if (slash < 0) name = `docker.io/library/${name}`;
+  else if (!first.includes('.') && !first.includes(':') && first !== 'localhost') name = `docker.io/${name}`;
+  const lastPart = name.slice(name.lastIndexOf('/') + 1);
+  if (!lastPart.includes(':') && !lastPart.includes('@')) name += ':latest';
+  return name;
+}
+
+function grpcError(code: grpc.status, details: string): grpc.ServiceError {
+  const err = new Error(details) as grpc.ServiceError;
+  err.code = code;
+  err.details = details;
+  err.metadata = new grpc.Metadata();
+  return err;
+}
+
+function labelsMatch(labels: Record<string, string>, selector: Record<string, string> | undefined): boolean {
+  return Object.entries(selector ?? {}).every(([k, v]) => labels[k] === v);
+}
+
+/** Exit code of commands the fake can "run": `sh -c "exit N"`, `true`, `false`. */
+function scriptedExit(cfg: ContainerConfig): number | undefined {
+  const argv = [...(cfg.command ?? []), ...(cfg.args ?? [])];
+  const bin = (s: string | undefined) => (s ?? '').replace(/^\/(usr\/)?bin\//, '');
+  if (argv.length === 1 && bin(argv[0]) === 'true') return 0;
+  if (argv.length === 1 && bin(argv[0]) === 'false') return 1;
+  if (argv.length === 3 && bin(argv[0]) === 'sh' && argv[1] === '-c') {
+    const m = /^\s*exit\s+(\d+)\s*$/.exec(argv[2]!);
+    if (m) return Number(m[1]) & 0xff;
+  }
+  return undefined;
+}
+
+export class FakeRuntime {
+  readonly calls: RecordedCall[] = [];
+  readonly sandboxes = new Map<string, FakeSandbox>();
+  readonly containers = new Map<string, FakeContainer>();
+  /** Present images by ID. */
+  readonly images = new Map<string, Image>();
+  /** Runtime conditions Status reports. */
+  conditions: RuntimeCondition[] = [
+    { type: 'RuntimeReady', status: true, reason: '', message: '' },
+    { type: 'NetworkReady', status: true, reason: '', message: '' },
+  ];
+  /** Delay before CheckpointContainer writes its archive and answers. */
+  checkpointDelayMs = 0;
+  version = { version: '0.1.0', runtimeName: 'fake-cri', runtimeVersion: '1.0.0', runtimeApiVersion: 'v1' };
+
+  readonly #errors = new Map<string, InjectedError>();
+  readonly #latency = new Map<string, number>();
+  readonly #reserved = new Map<string, string>(); // name -> owner id
+  readonly #pullable: Set<string>;
+  #server: grpc.Server | undefined;
+  #ownedDir: string | undefined;
+
+  constructor(
+    readonly socketPath: string,
+    o: FakeRuntimeOptions,
+  ) {
+    for (const ref of o.images ?? ['docker.io/local/busybox:latest', 'docker.io/local/pause:latest']) this.addImage(ref);
+    this.#pullable = new Set((o.pullable ?? []).map(normalizeImageRef));
+  }
+
+  get endpoint(): string {
+    return `unix://${this.socketPath}`;
+  }
+
+  // ------------------------------------------------------------------ test API
+
+  /** Every call of `method` fails with this error (`times` calls, or until cleared with undefined). */
+  failWith(method: string, err: InjectedError | undefined): void {
+    if (err) this.#errors.set(method, { ...err });
+    else this.#errors.delete(method);
+  }
+
+  /** Adds latency (ms) before `method` answers; 0 clears. */
+  setLatency(method: string, ms: number): void {
+    if (ms > 0) this.#latency.set(method, ms);
+    else this.#latency.delete(method);
+  }
+
+  setConditions(conditions: RuntimeCondition[]): void {
+    this.conditions = conditions.map((c) => ({ ...c }));
+  }
+
+  /** Makes a running (or created) container exit with `code`, as if its process ended. */
+  exitContainer(id: string, code: number): void {
+    const c = this.containers.get(id);
+    if (!c) throw new Error(`fake runtime: no container ${id}`);
+    if (c.state === 'CONTAINER_EXITED') return;
+    this.#finish(c, code);
+  }
+
+  /** Adds a present image; returns its ID. */
+  addImage(ref: string): string {
+    const full = normalizeImageRef(ref);
+    const existing = this.#findImage(full);
+    if (existing) return existing.id;
+    const id = `sha256:${crypto.createHash('sha256').update(full).digest('hex')}`;
+    this.images.set(id, { id, repoTags: [full], repoDigests: [], size: 1_048_576, uid: null, username: '', pinned: false });
+    return id;
+  }
+
+  /** Calls of one method, in order. */
+  callsOf(method: string): RecordedCall[] {
+    return this.calls.filter((c) => c.method === method);
+  }
+
+  // ------------------------------------------------------------------ lifecycle
+
+  async listen(ownedDir?: string): Promise<void> {
+    this.#ownedDir = ownedDir;
+    await fsp.rm(this.socketPath, { force: true });
+    const server = new grpc.Server();
+    const pkg = loadCriPackage();
+    server.addService(pkg.RuntimeService.service, this.#handlers(RUNTIME_METHODS));
+    server.addService(pkg.ImageService.service, this.#handlers(IMAGE_METHODS));
+    await new Promise<void>((resolve, reject) =>
+      server.bindAsync(this.endpoint, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
+    );
+    this.#server = server;
+  }
+
+  /** Stops serving (open calls are cancelled) and removes the socket; the state stays for inspection. */
+  async stop(): Promise<void> {
+    const server = this.#server;
+    this.#server = undefined;
+    if (server) server.forceShutdown();
+    await fsp.rm(this.socketPath, { force: true });
+    if (this.#ownedDir) await fsp.rm(this.#ownedDir, { recursive: true, force: true });
+  }
+
+  /** Serves again on the same socket with the same state, as a restarted runtime would. */
+  async restart(): Promise<void> {
+    const owned = this.#ownedDir;
+    this.#ownedDir = undefined;
+    await this.stop();
+    this.#ownedDir = owned;
+    await this.listen(owned);
+  }
+
+  // ------------------------------------------------------------------ gRPC plumbing
+
+  #handlers(methods: readonly string[]): grpc.UntypedServiceImplementation {
+    const impl: grpc.UntypedServiceImplementation = {};
+    for (const method of methods) {
+      impl[method] = (call: grpc.ServerUnaryCall<Record<string, unknown>, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+        void this.#dispatch(method, call, cb);
+      };
+    }
+    return impl;
+  }
+
+  async #dispatch(method: string, call: grpc.ServerUnaryCall<Record<string, unknown>, unknown>, cb: grpc.sendUnaryData<unknown>): Promise<void> {
+    this.calls.push({ method, request: call.request, at: Date.now() });
+    let cancelled = false;
+    call.on('cancelled', () => {
+      cancelled = true;
+    });
+    try {
+      const latency = this.#latency.get(method);
+      if (latency) await new Promise((r) => setTimeout(r, latency));
+      const injected = this.#errors.get(method);
+      if (injected) {
+        if (injected.times !== undefined && --injected.times <= 0) this.#errors.delete(method);
+        throw grpcError(injected.code, injected.message);
+      }
+      const handler = (this as unknown as Record<string, (req: Record<string, unknown>, isCancelled: () => boolean) => Promise<unknown> | unknown>)[`rpc${method}`]!;
+      const res = await handler.call(this, call.request, () => cancelled);
+      cb(null, res ?? {});
+    } catch (err) {
+      const e = err as Partial<grpc.ServiceError>;
+      cb(typeof e.code === 'number' ? (err as grpc.ServiceError) : grpcError(grpc.status.UNKNOWN, String((err as Error)?.message ?? err)));
+    }
+  }
+
+  #findImage(ref: string): Image | undefined {
+    if (this.images.has(ref)) return this.images.get(ref);
+    const full = normalizeImageRef(ref);
+    for (const img of this.images.values()) if (img.repoTags.includes(full) || img.id === ref) return img;
+    return undefined;
+  }
+
+  #sandbox(id: string): FakeSandbox {
+    const s = this.sandboxes.get(id);
+    if (!s) throw grpcError(grpc.status.NOT_FOUND, `an error occurred when try to find sandbox: not found`);
+    return s;
+  }
+
+  #container(id: string): FakeContainer {
+    const c = this.containers.get(id);
+    if (!c) throw grpcError(grpc.status.NOT_FOUND, `an error occurred when try to find container "${id}": not found`);
+    return c;
+  }
+
+  #reserve(name: string, id: string, what: 'sandbox' | 'container'): void {
+    const owner = this.#reserved.get(name);
+    if (owner !== undefined) {
+      throw grpcError(grpc.status.UNKNOWN, `failed to reserve ${what} name "${name}": name "${name}" is reserved for "${owner}"`);
+    }
+    this.#reserved.set(name, id);
+  }
+
+  #finish(c: FakeContainer, code: number): void {
+    c.state = 'CONTAINER_EXITED';
+    c.exitCode = code;
+    c.finishedAt = nowNanos();
+    if (!c.startedAt) c.startedAt = c.finishedAt;
+    c.reason = code === 0 ? 'Completed' : 'Error';
+  }
+
+  // ------------------------------------------------------------------ RuntimeService
+
+  rpcVersion() {
+    return this.version;
+  }
+
+  rpcStatus() {
+    return { status: { conditions: this.conditions }, info: {} };
+  }
+
+  rpcRunPodSandbox(req: Record<string, unknown>) {
+    const config = req.config as PodSandboxConfig | null;
+    const md = config?.metadata;
+    if (!config || !md || !md.name || !md.uid || !md.namespace) {
+      throw grpcError(grpc.status.UNKNOWN, 'failed to generate sandbox name: sandbox config must include metadata with name, uid and namespace');
+    }
+    if (config.linux?.securityContext?.namespaceOptions?.network === 'NODE' && config.hostname) {
+      throw grpcError(grpc.status.UNKNOWN, 'failed to create containerd task: failed to create shim task: OCI runtime create failed: unable to set hostname without a private UTS namespace: unknown');
+    }
+    const id = newId();
+    const name = `${md.name}_${md.namespace}_${md.uid}_${md.attempt}`;
+    this.#reserve(name, id, 'sandbox');
+    this.sandboxes.set(id, { id, config, name, state: 'SANDBOX_READY', createdAt: nowNanos(), runtimeHandler: String(req.runtimeHandler ?? '') });
+    return { podSandboxId: id };
+  }
+
+  rpcStopPodSandbox(req: Record<string, unknown>) {
+    const s = this.#sandbox(String(req.podSandboxId));
+    for (const c of this.containers.values()) {
+      if (c.sandboxId === s.id && c.state !== 'CONTAINER_EXITED') this.#finish(c, 137);
+    }
+    s.state = 'SANDBOX_NOTREADY';
+    return {};
+  }
+
+  rpcRemovePodSandbox(req: Record<string, unknown>) {
+    const s = this.sandboxes.get(String(req.podSandboxId));
+    if (!s) return {};
+    for (const c of [...this.containers.values()]) {
+      if (c.sandboxId === s.id) {
+        this.containers.delete(c.id);
+        this.#reserved.delete(c.name);
+      }
+    }
+    this.sandboxes.delete(s.id);
+    this.#reserved.delete(s.name);
+    return {};
+  }
+
+  #sandboxView(s: FakeSandbox) {
+    return {
+      id: s.id,
+      metadata: s.config.metadata,
+      state: s.state,
+      createdAt: s.createdAt,
+      labels: s.config.labels ?? {},
+      annotations: s.config.annotations ?? {},
+      runtimeHandler: s.runtimeHandler,
+    };
+  }
+
+  rpcPodSandboxStatus(req: Record<string, unknown>) {
+    const s = this.#sandbox(String(req.podSandboxId));
+    const hostNet = s.config.linux?.securityContext?.namespaceOptions?.network === 'NODE';
+    return {
+      status: {
+        ...this.#sandboxView(s),
+        network: { ip: hostNet ? '' : '10.88.0.2', additionalIps: [] },
+        linux: { namespaces: { options: s.config.linux?.securityContext?.namespaceOptions ?? {} } },
+      },
+      info: {},
+    };
+  }
+
+  rpcListPodSandbox(req: Record<string, unknown>) {
+    const f = (req.filter ?? null) as { id?: string; state?: { state: PodSandboxState } | null; labelSelector?: Record<string, string> } | null;
+    const items = [...this.sandboxes.values()]
+      .filter((s) => !f?.id || s.id.startsWith(f.id))
+      .filter((s) => !f?.state || s.state === f.state.state)
+      .filter((s) => labelsMatch(s.config.labels ?? {}, f?.labelSelector))
+      .map((s) => this.#sandboxView(s));
+    return { items };
+  }
+
+  async rpcCreateContainer(req: Record<string, unknown>) {
+    const s = this.#sandbox(String(req.podSandboxId));
+    const config = req.config as ContainerConfig | null;
+    if (!config?.metadata?.name) throw grpcError(grpc.status.UNKNOWN, 'container config must include metadata');
+    const image = this.#findImage(config.image?.image ?? '');
+    if (!image) {
+      throw grpcError(grpc.status.NOT_FOUND, `failed to get image "${config.image?.image ?? ''}": an error occurred when try to find image "${config.image?.image ?? ''}": not found`);
+    }
+    const seccomp = config.linux?.securityContext?.seccomp;
+    if (seccomp?.profileType === 'Localhost' && !config.linux?.securityContext?.privileged) {
+      const p = seccomp.localhostRef ?? '';
+      try {
+        await fsp.access(p, fs.constants.R_OK);
+      } catch {
+        throw grpcError(grpc.status.UNKNOWN, `failed to create containerd container: cannot load seccomp profile "${p}": open ${p}: no such file or directory`);
+      }
+    }
+    const id = newId();
+    const md = s.config.metadata;
+    const name = `${config.metadata.name}_${md.name}_${md.namespace}_${md.uid}_${config.metadata.attempt}`;
+    this.#reserve(name, id, 'container');
+    this.containers.set(id, {
+      id,
+      sandboxId: s.id,
+      name,
+      config,
+      state: 'CONTAINER_CREATED',
+      createdAt: nowNanos(),
+      startedAt: 0,
+      finishedAt: 0,
+      exitCode: 0,
+      reason: '',
+      message: '',
+      imageId: image.id,
+      imageRef: image.id,
+    });
+    return { containerId: id };
+  }
+
+  rpcStartContainer(req: Record<string, unknown>) {
+    const c = this.#container(String(req.containerId));
+    if (c.state !== 'CONTAINER_CREATED') {
+      throw grpcError(grpc.status.UNKNOWN, `container is in ${c.state} state`);
+    }
+    const s = this.#sandbox(c.sandboxId);
+    if (s.state !== 'SANDBOX_READY') throw grpcError(grpc.status.UNKNOWN, `sandbox container "${s.id}" is not running`);
+    c.state = 'CONTAINER_RUNNING';
+    c.startedAt = nowNanos();
+    const code = scriptedExit(c.config);
+    if (code !== undefined) this.#finish(c, code);
+    return {};
+  }
+
+  rpcStopContainer(req: Record<string, unknown>) {
+    const c = this.#container(String(req.containerId));
+    if (c.state !== 'CONTAINER_EXITED') this.#finish(c, 137);
+    return {};
+  }
+
+  rpcRemoveContainer(req: Record<string, unknown>) {
+    const c = this.containers.get(String(req.containerId));
+    if (!c) return {};
+    this.containers.delete(c.id);
+    this.#reserved.delete(c.name);
+    return {};
+  }
+
+  #containerView(c: FakeContainer) {
+    return {
+      id: c.id,
+      podSandboxId: c.sandboxId,
+      metadata: c.config.metadata,
+      image: { image: c.imageId },
+      imageRef: c.imageRef,
+      state: c.state,
+      createdAt: c.createdAt,
+      labels: c.config.labels ?? {},
+      annotations: c.config.annotations ?? {},
+      imageId: c.imageId,
+    };
+  }
+
+  rpcListContainers(req: Record<string, unknown>) {
+    const f = (req.filter ?? null) as {
+      id?: string;
+      podSandboxId?: string;
+      state?: { state: ContainerState } | null;
+      labelSelector?: Record<string, string>;
+    } | null;
+    const containers = [...this.containers.values()]
+      .filter((c) => !f?.id || c.id.startsWith(f.id))
+      .filter((c) => !f?.podSandboxId || c.sandboxId.startsWith(f.podSandboxId))
+      .filter((c) => !f?.state || c.state === f.state.state)
+      .filter((c) => labelsMatch(c.config.labels ?? {}, f?.labelSelector))
+      .map((c) => this.#containerView(c));
+    return { containers };
+  }
+
+  rpcContainerStatus(req: Record<string, unknown>) {
+    const c = this.#container(String(req.containerId));
+    const s = this.sandboxes.get(c.sandboxId);
+    return {
+      status: {
+        id: c.id,
+        metadata: c.config.metadata,
+        state: c.state,
+        createdAt: c.createdAt,
+        startedAt: c.startedAt,
+        finishedAt: c.finishedAt,
+        exitCode: c.exitCode,
+        image: { image: c.config.image.image },
+        imageRef: c.imageRef,
+        reason: c.reason,
+        message: c.message,
+        labels: c.config.labels ?? {},
+        annotations: c.config.annotations ?? {},
+        mounts: c.config.mounts ?? [],
+        logPath: s?.config.logDirectory && c.config.logPath ? path.join(s.config.logDirectory, c.config.logPath) : '',
+        imageId: c.imageId,
+      },
+      info: {},
+    };
+  }
+
+  async rpcCheckpointContainer(req: Record<string, unknown>, isCancelled: () => boolean) {
+    const c = this.#container(String(req.containerId));
+    if (c.state !== 'CONTAINER_RUNNING') {
+      throw grpcError(grpc.status.UNKNOWN, `container ${c.id} not running`);
+    }
+    const location = String(req.location ?? '');
+    if (!path.isAbsolute(location)) throw grpcError(grpc.status.INVALID_ARGUMENT, `checkpoint location "${location}" must be an absolute path`);
+    const timeoutSec = Number(req.timeout ?? 0);
+    if (timeoutSec > 0 && this.checkpointDelayMs > timeoutSec * 1000) {
+      await new Promise((r) => setTimeout(r, timeoutSec * 1000));
+      throw grpcError(grpc.status.DEADLINE_EXCEEDED, `checkpointing container ${c.id} did not finish within ${timeoutSec}s`);
+    }
+    if (this.checkpointDelayMs > 0) await new Promise((r) => setTimeout(r, this.checkpointDelayMs));
+    // A client that gave up gets no archive, as a runtime cancels on the context.
+    if (isCancelled()) throw grpcError(grpc.status.CANCELLED, 'context canceled');
+    await writeCheckpointArchive(location, c);
+    return {};
+  }
+
+  // ------------------------------------------------------------------ ImageService
+
+  rpcListImages() {
+    return { images: [...this.images.values()] };
+  }
+
+  rpcImageStatus(req: Record<string, unknown>) {
+    const spec = req.image as { image?: string } | null;
+    const img = this.#findImage(spec?.image ?? '');
+    return img ? { image: img, info: {} } : { info: {} };
+  }
+
+  rpcPullImage(req: Record<string, unknown>) {
+    const ref = (req.image as { image?: string } | null)?.image ?? '';
+    const full = normalizeImageRef(ref);
+    const present = this.#findImage(full);
+    if (present) return { imageRef: present.id };
+    if (!this.#pullable.has(full)) {
+      throw grpcError(
+        grpc.status.UNKNOWN,
+        `failed to pull and unpack image "${full}": failed to resolve reference "${full}": failed to do request: Head "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host`,
+      );
+    }
+    return { imageRef: this.addImage(full) };
+  }
+
+  rpcRemoveImage(req: Record<string, unknown>) {
+    const img = this.#findImage((req.image as { image?: string } | null)?.image ?? '');
+    if (img) this.images.delete(img.id);
+    return {};
+  }
+}
+
+const RUNTIME_METHODS = [
+  'Version',
+  'Status',
+  'RunPodSandbox',
+  'StopPodSandbox',
+  'RemovePodSandbox',
+  'PodSandboxStatus',
+  'ListPodSandbox',
+  'CreateContainer',
+  'StartContainer',
+  'StopContainer',
+  'RemoveContainer',
+  'ListContainers',
+  'ContainerStatus',
+  'CheckpointContainer',
+] as const;
+const IMAGE_METHODS = ['ListImages', 'ImageStatus', 'PullImage', 'RemoveImage'] as const;
+
+/** Writes a small but real checkpoint archive (CRI-O's layout) at `location`, atomically. */
+async function writeCheckpointArchive(location: string, c: FakeContainer): Promise<void> {
+  const pack = tar.pack();
+  const entries: [string, Buffer][] = [
+    ['config.dump', Buffer.from(JSON.stringify({ id: c.id, name: c.config.metadata.name, rootfsImageRef: c.imageRef, createdTime: new Date(c.createdAt / NANOS_PER_MS).toISOString() }))],
+    ['spec.dump', Buffer.from(JSON.stringify({ ociVersion: '1.0.2', process: { args: [...(c.config.command ?? []), ...(c.config.args ?? [])] }, annotations: c.config.annotations ?? {} }))],
+    ['checkpoint/pages-1.img', crypto.randomBytes(64 * 1024)],
+    ['checkpoint/inventory.img', Buffer.from('fake-criu-inventory')],
+  ];
+  const tmp = `${location}.${process.pid}.tmp`;
+  const out = fs.createWriteStream(tmp, { mode: 0o600 });
+  const done = new Promise<void>((resolve, reject) => {
+    out.on('finish', resolve);
+    out.on('error', reject);
+  });
+  pack.pipe(out);
+  for (const [name, data] of entries) {
+    await new Promise<void>((resolve, reject) => pack.entry({ name, size: data.length, mode: 0o600 }, data, (err) => (err ? reject(err) : resolve())));
+  }
+  pack.finalize();
+  await done;
+  await fsp.rename(tmp, location);
+}
+
+/** Starts a fake CRI server; `stop()` it in afterAll/afterEach. */
+export async function startFakeRuntime(o: FakeRuntimeOptions = {}): Promise<FakeRuntime> {
+  let owned: string | undefined;
+  let socketPath = o.socketPath;
+  if (!socketPath) {
+    owned = await fsp.mkdtemp(path.join(os.tmpdir(), 'nodelet-fakecri-'));
+    socketPath = path.join(owned, 'cri.sock');
+  }
+  const rt = new FakeRuntime(socketPath, o);
+  await rt.listen(owned);
+  return rt;
+}
