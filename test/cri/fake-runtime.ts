@@ -12,8 +12,9 @@
  * after the grace period), or a stop of its sandbox.
  *
  * Test controls: `failWith` (error per method, optionally N times), `setLatency` (per
- * method), `setConditions` (Status), `checkpointDelayMs`, `calls` (every request, in
- * order). CheckpointContainer writes a real tar archive (tar-stream) at `location`.
+ * method), `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
+ * and restarted runtime on the same socket), `calls` (every request, in order).
+ * CheckpointContainer writes a real tar archive (tar-stream) at `location`.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -212,22 +213,27 @@ export class FakeRuntime {
     this.#server = server;
   }
 
-  /** Stops serving (open calls are cancelled) and removes the socket; the state stays for inspection. */
-  async stop(): Promise<void> {
+  /**
+   * Stops serving as a crashed runtime would: open calls are cancelled and the socket is
+   * removed; the state (sandboxes, containers, images) stays for `restart()`.
+   */
+  async kill(): Promise<void> {
     const server = this.#server;
     this.#server = undefined;
     if (server) server.forceShutdown();
     await fsp.rm(this.socketPath, { force: true });
-    if (this.#ownedDir) await fsp.rm(this.#ownedDir, { recursive: true, force: true });
   }
 
   /** Serves again on the same socket with the same state, as a restarted runtime would. */
   async restart(): Promise<void> {
-    const owned = this.#ownedDir;
-    this.#ownedDir = undefined;
-    await this.stop();
-    this.#ownedDir = owned;
-    await this.listen(owned);
+    await this.kill();
+    await this.listen(this.#ownedDir);
+  }
+
+  /** Stops serving for good and removes the temporary directory it made. Idempotent. */
+  async stop(): Promise<void> {
+    await this.kill();
+    if (this.#ownedDir) await fsp.rm(this.#ownedDir, { recursive: true, force: true });
   }
 
   // ------------------------------------------------------------------ gRPC plumbing
