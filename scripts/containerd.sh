@@ -34,6 +34,10 @@ PAUSE_IMAGE="docker.io/local/pause"
 log() { echo "containerd.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+[[ "$BASE" == /* ]] || die "NODELET_CONTAINERD_DIR must be an absolute path, got '$BASE'"
+# sun_path holds 107 bytes; the ttrpc socket is the longest path containerd binds here.
+((${#SOCK} + 6 <= 107)) || die "NODELET_CONTAINERD_DIR '$BASE' is too long for a unix socket path ($SOCK.ttrpc exceeds 107 bytes)"
+
 # PID from the pidfile when that process is alive and is a containerd; empty otherwise.
 # Checking the command name keeps a recycled PID from being mistaken for ours.
 our_pid() {

@@ -3,7 +3,8 @@
  * client uses) over a unix socket with grpc-js, and keeps sandboxes, containers and images
  * in memory. It behaves like containerd 1.6 where nodelet depends on it (FACTS.md):
  * reserved names, NOT_FOUND for Stop of an unknown ID, OK for Remove of an unknown ID,
- * ImageStatus of an absent image answers no image, a missing Localhost seccomp file fails
+ * ImageStatus of an absent image answers no image, PullImage asks a "registry" (only
+ * `pullable` images succeed, present or not), a missing Localhost seccomp file fails
  * CreateContainer with UNKNOWN and containerd's message, exit reasons `Completed`/`Error`.
  *
  * Containers run nothing. A container whose command is `sh -c "exit N"` (or `true` /
@@ -548,12 +549,17 @@ export class FakeRuntime {
   rpcPullImage(req: Record<string, unknown>) {
     const ref = (req.image as { image?: string } | null)?.image ?? '';
     const full = normalizeImageRef(ref);
-    const present = this.#findImage(full);
-    if (present) return { imageRef: present.id };
+    // Like containerd, a pull always asks the registry, even for a present image: callers
+    // must check ImageStatus first (FACTS.md). Only `pullable` images are "in a registry".
     if (!this.#pullable.has(full)) {
+      // containerd's words when no registry answers (seen on these machines).
+      const slash = full.indexOf('/');
+      const host = full.slice(0, slash) === 'docker.io' ? 'registry-1.docker.io' : full.slice(0, slash);
+      const m = /^(.*?)(?::([^:/@]+))?$/.exec(full.slice(slash + 1))!;
+      const hostName = host.replace(/:\d+$/, '');
       throw grpcError(
         grpc.status.UNKNOWN,
-        `failed to pull and unpack image "${full}": failed to resolve reference "${full}": failed to do request: Head "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host`,
+        `failed to pull and unpack image "${full}": failed to resolve reference "${full}": failed to do request: Head "https://${host}/v2/${m[1]}/manifests/${m[2] ?? 'latest'}": dial tcp: lookup ${hostName}: no such host`,
       );
     }
     return { imageRef: this.addImage(full) };

@@ -209,6 +209,16 @@ describe.each(backends)('CRI contract: $name', (backend) => {
     expect((await client.listImages()).map((i) => i.id)).toContain(img!.id);
   });
 
+  it('asks the registry on PullImage even for a present image, and fails without one', async () => {
+    const err = await rejection(client.pullImage(BUSYBOX_IMAGE));
+    expect(err.code).toBe('INTERNAL');
+    expect(err.message).toMatch(
+      /^PullImage: rpc error: code = Unknown desc = failed to pull and unpack image "docker\.io\/local\/busybox:latest": failed to resolve reference "docker\.io\/local\/busybox:latest": failed to do request: Head "https:\/\/registry-1\.docker\.io\/v2\/local\/busybox\/manifests\/latest": /,
+    );
+    // The present image is untouched by the failed pull.
+    expect((await client.imageStatus(BUSYBOX_IMAGE))?.repoTags).toContain(BUSYBOX_IMAGE);
+  });
+
   it('reports the exit code of a container that exits by itself', async () => {
     const { id: sandboxId, config } = await runSandbox();
     const cid = await client.createContainer(sandboxId, containerConfig('exits', ['/bin/sh', '-c', 'exit 3']), config);
