@@ -279,9 +279,10 @@ export class FakeRuntime {
     return undefined;
   }
 
-  #sandbox(id: string): FakeSandbox {
+  /** containerd 1.6 words NOT_FOUND differently per call; `msg` is its message for this one. */
+  #sandbox(id: string, msg = `an error occurred when try to find sandbox "${id}": not found`): FakeSandbox {
     const s = this.sandboxes.get(id);
-    if (!s) throw grpcError(grpc.status.NOT_FOUND, `an error occurred when try to find sandbox: not found`);
+    if (!s) throw grpcError(grpc.status.NOT_FOUND, msg);
     return s;
   }
 
@@ -369,7 +370,7 @@ export class FakeRuntime {
   }
 
   rpcPodSandboxStatus(req: Record<string, unknown>) {
-    const s = this.#sandbox(String(req.podSandboxId));
+    const s = this.#sandbox(String(req.podSandboxId), 'an error occurred when try to find sandbox: not found');
     const hostNet = s.config.linux?.securityContext?.namespaceOptions?.network === 'NODE';
     return {
       status: {
@@ -392,12 +393,12 @@ export class FakeRuntime {
   }
 
   async rpcCreateContainer(req: Record<string, unknown>) {
-    const s = this.#sandbox(String(req.podSandboxId));
+    const s = this.#sandbox(String(req.podSandboxId), `failed to find sandbox id "${String(req.podSandboxId)}": not found`);
     const config = req.config as ContainerConfig | null;
     if (!config?.metadata?.name) throw grpcError(grpc.status.UNKNOWN, 'container config must include metadata');
     const image = this.#findImage(config.image?.image ?? '');
     if (!image) {
-      throw grpcError(grpc.status.NOT_FOUND, `failed to get image "${config.image?.image ?? ''}": an error occurred when try to find image "${config.image?.image ?? ''}": not found`);
+      throw grpcError(grpc.status.NOT_FOUND, `failed to resolve image "${normalizeImageRef(config.image?.image ?? '')}": not found`);
     }
     const seccomp = config.linux?.securityContext?.seccomp;
     if (seccomp?.profileType === 'Localhost' && !config.linux?.securityContext?.privileged) {

@@ -190,12 +190,22 @@ describe.each(backends)('CRI contract: $name', (backend) => {
     expect((await client.podSandboxStatus(second)).metadata.attempt).toBe(1);
   });
 
-  it('answers NOT_FOUND to Stop of unknown IDs and OK to Remove of unknown IDs', async () => {
+  it('answers NOT_FOUND with containerd\'s words to Stop and Status of unknown IDs, and OK to Remove of unknown IDs', async () => {
     const unknown = crypto.randomBytes(32).toString('hex');
-    const stopC = await rejection(client.stopContainer(unknown, 0));
-    expect(stopC.code).toBe('NOT_FOUND');
-    expect(stopC.message).toMatch(/^StopContainer: rpc error: code = NotFound desc = /);
-    expect((await rejection(client.stopPodSandbox(unknown))).code).toBe('NOT_FOUND');
+    const failures = await Promise.all([
+      rejection(client.stopContainer(unknown, 0)),
+      rejection(client.stopPodSandbox(unknown)),
+      rejection(client.containerStatus(unknown)),
+      rejection(client.podSandboxStatus(unknown)),
+      rejection(client.createContainer(unknown, containerConfig('x', ['true']), sandboxConfig(crypto.randomUUID()))),
+    ]);
+    expect(failures.map((e) => [e.code, e.message])).toEqual([
+      ['NOT_FOUND', `StopContainer: rpc error: code = NotFound desc = an error occurred when try to find container "${unknown}": not found`],
+      ['NOT_FOUND', `StopPodSandbox: rpc error: code = NotFound desc = an error occurred when try to find sandbox "${unknown}": not found`],
+      ['NOT_FOUND', `ContainerStatus: rpc error: code = NotFound desc = an error occurred when try to find container "${unknown}": not found`],
+      ['NOT_FOUND', 'PodSandboxStatus: rpc error: code = NotFound desc = an error occurred when try to find sandbox: not found'],
+      ['NOT_FOUND', `CreateContainer: rpc error: code = NotFound desc = failed to find sandbox id "${unknown}": not found`],
+    ]);
     await expect(client.removeContainer(unknown)).resolves.toBeUndefined();
     await expect(client.removePodSandbox(unknown)).resolves.toBeUndefined();
   });
@@ -217,6 +227,13 @@ describe.each(backends)('CRI contract: $name', (backend) => {
     );
     // The present image is untouched by the failed pull.
     expect((await client.imageStatus(BUSYBOX_IMAGE))?.repoTags).toContain(BUSYBOX_IMAGE);
+  });
+
+  it('fails CreateContainer of an absent image with NOT_FOUND', async () => {
+    const { id: sandboxId, config } = await runSandbox();
+    const image = `docker.io/local/absent-${runId}:latest`;
+    const err = await rejection(client.createContainer(sandboxId, containerConfig('noimage', ['true'], { image: { image } }), config));
+    expect([err.code, err.message]).toEqual(['NOT_FOUND', `CreateContainer: rpc error: code = NotFound desc = failed to resolve image "${image}": not found`]);
   });
 
   it('reports the exit code of a container that exits by itself', async () => {
