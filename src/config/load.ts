@@ -1,0 +1,145 @@
+/**
+ * The IO edge of configuration: reads `--config` and the `*.conf` drop-ins under
+ * `--config-dir`, parses them (YAML or JSON), and hands the layers to resolveConfig().
+ * Reads only; never writes anything anywhere.
+ *
+ * Precedence: defaults < --config < drop-ins (in order) < flags.
+ * Drop-in order follows the kubelet's filepath.WalkDir: depth-first, the entries of each
+ * directory in byte order of their names. For flat directories that is lexical order of the
+ * paths; with nested directories, `dir/b/x.conf` comes before `dir/b.conf` (as in the kubelet).
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { LineCounter, parseAllDocuments } from 'yaml';
+import { resolveConfig, type ConfigLayer } from './resolve.js';
+import type { ConfigProblem, LoadedConfig } from './types.js';
+import { ConfigError } from './validate.js';
+
+export interface LoadConfigOptions {
+  /** `--config`: the main KubeletConfiguration file. Unset: defaults (+ drop-ins, flags). */
+  configFile?: string;
+  /** `--config-dir`: directory of drop-in `*.conf` files, walked recursively. */
+  configDir?: string;
+  /** Values from command-line flags, v1beta1-shaped (`{ port: 10250, featureGates: {...} }`); they win over files. */
+  flagOverrides?: Record<string, unknown>;
+}
+
+const DROP_IN_SUFFIX = '.conf';
+
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+}
+
+function ioMessage(err: unknown, what: string): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOENT') return `${what} does not exist`;
+  if (code === 'EACCES' || code === 'EPERM') return `${what} is not readable (permission denied)`;
+  if (code === 'EISDIR') return `${what} is a directory, expected a file`;
+  if (code === 'ENOTDIR') return `${what} is not a directory`;
+  return `${what} cannot be read: ${(err as Error).message}`;
+}
+
+/** The drop-in files under `dir`, in the order they apply. */
+async function listDropIns(dir: string, problems: ConfigProblem[]): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (d: string): Promise<void> => {
+    let entries;
+    try {
+      entries = await fs.readdir(d, { withFileTypes: true });
+    } catch (err) {
+      problems.push({ file: d, field: '', message: ioMessage(err, d === dir ? '--config-dir directory' : 'directory') });
+      return;
+    }
+    entries.sort((a, b) => byteOrder(a.name, b.name));
+    for (const e of entries) {
+      const full = path.join(d, e.name);
+      if (e.isDirectory()) await walk(full);
+      // Like the kubelet, any non-directory entry named *.conf (a file or a symlink to one).
+      else if (e.name.endsWith(DROP_IN_SUFFIX)) out.push(full);
+    }
+  };
+  await walk(dir);
+  return out;
+}
+
+/**
+ * Parses a YAML or JSON configuration text (YAML 1.1, as the kubelet's sigs.k8s.io/yaml
+ * reads it). Returns the value, or a problem naming the file and line.
+ */
+export function parseConfigText(text: string, file: string): { doc: unknown } | { problem: ConfigProblem } {
+  const lineCounter = new LineCounter();
+  const docs = parseAllDocuments(text, { version: '1.1', lineCounter, prettyErrors: false });
+  const list = Array.isArray(docs) ? docs : [];
+  for (const d of list) {
+    const err = d.errors[0];
+    if (err) {
+      const { line, col } = lineCounter.linePos(err.pos[0]);
+      return { problem: { file, field: '', message: `malformed YAML/JSON at line ${line}, column ${col}: ${err.message}` } };
+    }
+  }
+  const nonEmpty = list.filter((d) => d.contents !== null);
+  if (nonEmpty.length > 1) {
+    return { problem: { file, field: '', message: `holds ${nonEmpty.length} YAML documents; expected exactly one KubeletConfiguration` } };
+  }
+  const first = nonEmpty[0];
+  return { doc: first ? first.toJS({ maxAliasCount: 100 }) : undefined };
+}
+
+async function readLayer(file: string, what: string, problems: ConfigProblem[], sources: string[]): Promise<ConfigLayer | undefined> {
+  let text: string;
+  try {
+    text = await fs.readFile(file, 'utf8');
+  } catch (err) {
+    problems.push({ file, field: '', message: ioMessage(err, what) });
+    return undefined;
+  }
+  sources.push(file);
+  const parsed = parseConfigText(text, file);
+  if ('problem' in parsed) {
+    problems.push(parsed.problem);
+    return undefined;
+  }
+  return { origin: file, doc: parsed.doc, requireHeader: true };
+}
+
+/** Problems grouped by file in the order files apply (stable within a file); paths that could not be read come first. */
+function inSourceOrder(problems: ConfigProblem[], sources: readonly string[]): ConfigProblem[] {
+  const rank = (file: string) => {
+    const i = sources.indexOf(file);
+    if (i >= 0) return i;
+    if (file === 'flag') return sources.length;
+    if (file === 'default') return sources.length + 1;
+    return -1;
+  };
+  return problems.map((p, i) => ({ p, i })).sort((a, b) => rank(a.p.file) - rank(b.p.file) || a.i - b.i).map(({ p }) => p);
+}
+
+/**
+ * Loads the effective configuration. Collects every problem of every file and flag and
+ * throws one ConfigError (code CONFIG_INVALID) listing them all; unknown fields come back
+ * as `warnings`. Paths are resolved to absolute ones, which are what origins and problems
+ * name. Idempotent; reads files only.
+ */
+export async function loadConfig(opts: LoadConfigOptions = {}): Promise<LoadedConfig> {
+  const problems: ConfigProblem[] = [];
+  const sources: string[] = [];
+  const layers: ConfigLayer[] = [];
+  if (opts.configFile !== undefined) {
+    const layer = await readLayer(path.resolve(opts.configFile), '--config file', problems, sources);
+    if (layer) layers.push(layer);
+  }
+  if (opts.configDir !== undefined) {
+    const dir = path.resolve(opts.configDir);
+    for (const file of await listDropIns(dir, problems)) {
+      const layer = await readLayer(file, 'drop-in file', problems, sources);
+      if (layer) layers.push(layer);
+    }
+  }
+  if (opts.flagOverrides !== undefined && Object.keys(opts.flagOverrides).length > 0) {
+    layers.push({ origin: 'flag', doc: opts.flagOverrides, requireHeader: false });
+  }
+  const resolved = resolveConfig(layers);
+  problems.push(...resolved.problems);
+  if (problems.length > 0) throw new ConfigError(inSourceOrder(problems, sources));
+  return { config: resolved.config, origins: resolved.origins, warnings: resolved.warnings, sources };
+}

@@ -1,0 +1,289 @@
+/**
+ * Validation in two passes, both pure and both collecting every problem:
+ *
+ * 1. checkDocument(): each file (and the flag overrides) on its own, before merging, as the
+ *    kubelet's decoder does: apiVersion/kind, value types, duration syntax. A bad value is
+ *    reported against that file and dropped so that merging can go on and later problems
+ *    are found too. Unknown fields are warnings (the kubelet's lenient decoding fallback).
+ * 2. validateConfig(): the merged, defaulted configuration, as the kubelet's validation
+ *    does: ranges, enums, IP addresses, eviction thresholds, feature gates, endpoints.
+ *    Each problem names the origin (file, 'flag' or 'default') of the offending value.
+ *
+ * ConfigError carries all problems of both passes; loadConfig throws it.
+ */
+import net from 'node:net';
+import path from 'node:path';
+import { NodeletError } from '../errors.js';
+import { parseDurationNs } from './duration.js';
+import { featureGateProblem } from './feature-gates.js';
+import { isJsonObject, pathKey, type Json, type JsonObject } from './merge.js';
+import { parseThresholdValue } from './quantity.js';
+import { durationPaths, KUBELET_CONFIG_SCHEMA, type FieldSchema } from './schema.js';
+import { KUBELET_API_VERSION, KUBELET_KIND, type ConfigProblem } from './types.js';
+
+/** `<file>: <field>: <message>` (the field part left out for a problem with the file itself). */
+export function formatProblem(p: ConfigProblem): string {
+  return p.field ? `${p.file}: ${p.field}: ${p.message}` : `${p.file}: ${p.message}`;
+}
+
+/**
+ * The configuration is invalid. `details.problems` (and `problems`) list every problem
+ * found; the message has one formatted line per problem. Thrown by loadConfig before
+ * anything is started or written.
+ */
+export class ConfigError extends NodeletError {
+  readonly problems: readonly ConfigProblem[];
+  constructor(problems: readonly ConfigProblem[]) {
+    super('CONFIG_INVALID', problems.map(formatProblem).join('\n'), { problems });
+    this.problems = problems;
+  }
+}
+
+/** How a JSON value looks, for messages: `string "abc"`, `number 1.5`, `a list`. */
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'a list';
+  if (v instanceof Date) return `a timestamp (${v.toISOString()}); quote it to make it a string`;
+  if (isJsonObject(v)) return 'an object';
+  if (typeof v === 'string') return `string ${JSON.stringify(v)}`;
+  if (typeof v === 'number' || typeof v === 'boolean') return `${typeof v} ${String(v)}`;
+  return typeof v;
+}
+
+const INT_RANGE = {
+  32: [-(2 ** 31), 2 ** 31 - 1],
+  64: [Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER],
+} as const;
+
+interface DocCheck {
+  problems: ConfigProblem[];
+  warnings: ConfigProblem[];
+}
+
+/** Checks one value against its schema; returns the value to keep or undefined to drop it. */
+function checkValue(v: unknown, schema: FieldSchema, file: string, p: string[], out: DocCheck): Json | undefined {
+  const bad = (expected: string): undefined => {
+    out.problems.push({ file, field: pathKey(p), message: `must be ${expected}, got ${describe(v)}` });
+    return undefined;
+  };
+  // null unsets the field (JSON merge patch); it is never a type error.
+  if (v === null) return null;
+  switch (schema.kind) {
+    case 'string':
+      return typeof v === 'string' ? v : bad('a string');
+    case 'bool':
+      return typeof v === 'boolean' ? v : bad('true or false');
+    case 'int': {
+      if (typeof v !== 'number' || !Number.isInteger(v)) return bad('an integer');
+      const [min, max] = INT_RANGE[schema.bits];
+      if (v < min || v > max) return bad(`an integer between ${min} and ${max}`);
+      return v;
+    }
+    case 'float':
+      return typeof v === 'number' && Number.isFinite(v) ? v : bad('a number');
+    case 'duration': {
+      if (typeof v !== 'string') return bad('a duration string such as "10s", "2m0s" or "1h30m"');
+      try {
+        parseDurationNs(v);
+      } catch (err) {
+        out.problems.push({ file, field: pathKey(p), message: `invalid duration: ${(err as Error).message}` });
+        return undefined;
+      }
+      return v;
+    }
+    case 'list': {
+      if (!Array.isArray(v)) return bad('a list');
+      if (schema.of === 'string') {
+        const i = v.findIndex((item) => typeof item !== 'string');
+        if (i >= 0) {
+          out.problems.push({ file, field: pathKey(p), message: `item ${i} must be a string, got ${describe(v[i])}` });
+          return undefined;
+        }
+      }
+      return v as Json[];
+    }
+    case 'map': {
+      if (!isJsonObject(v)) return bad('a map');
+      const kept: JsonObject = {};
+      for (const [k, item] of Object.entries(v)) {
+        const itemSchema: FieldSchema =
+          schema.of === 'string' ? { kind: 'string' } : schema.of === 'bool' ? { kind: 'bool' } : { kind: 'list', of: 'string' };
+        const r = checkValue(item, itemSchema, file, [...p, k], out);
+        if (r !== undefined) kept[k] = r;
+      }
+      return kept;
+    }
+    case 'object': {
+      if (!isJsonObject(v)) return bad('an object');
+      return checkFields(v, schema.fields, file, p, out);
+    }
+    case 'anyObject':
+      return isJsonObject(v) ? structuredClone(v) : bad('an object');
+  }
+}
+
+function checkFields(doc: JsonObject, fields: Readonly<Record<string, FieldSchema>>, file: string, prefix: string[], out: DocCheck): JsonObject {
+  const kept: JsonObject = {};
+  for (const [k, v] of Object.entries(doc)) {
+    const p = [...prefix, k];
+    if (!Object.hasOwn(fields, k)) {
+      out.warnings.push({ file, field: pathKey(p), message: `unknown field "${k}" (ignored)` });
+      continue;
+    }
+    const r = checkValue(v, fields[k]!, file, p, out);
+    if (r !== undefined) kept[k] = r;
+  }
+  return kept;
+}
+
+/**
+ * Pass 1 for one document. `requireHeader`: files must say `apiVersion:
+ * kubelet.config.k8s.io/v1beta1` and `kind: KubeletConfiguration`; flag overrides need not.
+ * Returns the document without apiVersion/kind, unknown fields and bad values.
+ */
+export function checkDocument(doc: unknown, file: string, opts: { requireHeader: boolean }): DocCheck & { doc: JsonObject } {
+  const out: DocCheck = { problems: [], warnings: [] };
+  if (!isJsonObject(doc)) {
+    out.problems.push({
+      file,
+      field: '',
+      message: `expected a ${KUBELET_KIND} object (apiVersion: ${KUBELET_API_VERSION}), got ${doc === undefined ? 'an empty document' : describe(doc)}`,
+    });
+    return { ...out, doc: {} };
+  }
+  const { apiVersion, kind, ...rest } = doc;
+  if (opts.requireHeader) {
+    if (apiVersion === undefined) {
+      out.problems.push({ file, field: 'apiVersion', message: `missing; expected ${KUBELET_API_VERSION}` });
+    } else if (apiVersion !== KUBELET_API_VERSION) {
+      out.problems.push({ file, field: 'apiVersion', message: `expected ${KUBELET_API_VERSION}, got ${describe(apiVersion)}` });
+    }
+    if (kind === undefined) {
+      out.problems.push({ file, field: 'kind', message: `missing; expected ${KUBELET_KIND}` });
+    } else if (kind !== KUBELET_KIND) {
+      out.problems.push({ file, field: 'kind', message: `expected ${KUBELET_KIND}, got ${describe(kind)}` });
+    }
+  }
+  return { ...out, doc: checkFields(rest, KUBELET_CONFIG_SCHEMA, file, [], out) };
+}
+
+/** Eviction signals the kubelet knows (pkg/kubelet/eviction/api). */
+export const EVICTION_SIGNALS: ReadonlySet<string> = new Set([
+  'memory.available',
+  'allocatableMemory.available',
+  'nodefs.available',
+  'nodefs.inodesFree',
+  'imagefs.available',
+  'imagefs.inodesFree',
+  'containerfs.available',
+  'containerfs.inodesFree',
+  'pid.available',
+]);
+
+/** A CRI endpoint as the kubelet takes it on Linux: `unix://<absolute path>`, or a bare absolute path (deprecated, taken as unix). */
+function endpointProblem(v: string): string | undefined {
+  const bad = `must be a unix socket endpoint with an absolute path, e.g. unix:///run/containerd/containerd.sock; got ${JSON.stringify(v)}`;
+  if (v.startsWith('unix://')) return path.isAbsolute(v.slice('unix://'.length)) ? undefined : bad;
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(v)) return `only unix:// endpoints are supported on Linux, got ${JSON.stringify(v)}`;
+  return path.isAbsolute(v) ? undefined : bad;
+}
+
+/**
+ * Pass 2: the effective configuration. `originOf(path)` names where each value came from.
+ * Returns every problem found (empty when valid).
+ */
+export function validateConfig(config: JsonObject, originOf: (path: readonly string[]) => string): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  const add = (p: readonly string[], message: string) => problems.push({ file: originOf(p), field: pathKey(p), message });
+  const get = (p: readonly string[]): Json | undefined => {
+    let cur: Json | undefined = config;
+    for (const seg of p) cur = isJsonObject(cur) ? cur[seg] : undefined;
+    return cur;
+  };
+  const intIn = (p: string[], min: number, max: number, message: string) => {
+    const v = get(p);
+    if (typeof v === 'number' && (v < min || v > max)) add(p, `${message}, got ${v}`);
+  };
+  const oneOf = (p: string[], allowed: readonly string[], emptyOk = false) => {
+    const v = get(p);
+    if (typeof v === 'string' && !allowed.includes(v) && !(emptyOk && v === '')) {
+      add(p, `must be one of ${allowed.join(', ')}${emptyOk ? ' (or empty)' : ''}, got ${JSON.stringify(v)}`);
+    }
+  };
+  const ip = (p: string[]) => {
+    const v = get(p);
+    if (typeof v === 'string' && net.isIP(v) === 0) add(p, `must be an IP address, got ${JSON.stringify(v)}`);
+  };
+
+  intIn(['port'], 1, 65535, 'must be between 1 and 65535, inclusive');
+  intIn(['readOnlyPort'], 0, 65535, 'must be between 0 and 65535, inclusive (0 disables it)');
+  intIn(['healthzPort'], 0, 65535, 'must be between 1 and 65535, inclusive, or 0 to disable /healthz');
+  intIn(['maxPods'], 1, Infinity, 'must be greater than 0');
+  intIn(['nodeLeaseDurationSeconds'], 1, Infinity, 'must be greater than 0');
+  intIn(['maxParallelImagePulls'], 1, Infinity, 'must be greater than 0');
+  ip(['address']);
+  ip(['healthzBindAddress']);
+  const dns = get(['clusterDNS']);
+  if (Array.isArray(dns)) {
+    dns.forEach((item, i) => {
+      if (typeof item === 'string' && net.isIP(item) === 0) add(['clusterDNS'], `item ${i} must be an IP address, got ${JSON.stringify(item)}`);
+    });
+  }
+  oneOf(['authorization', 'mode'], ['AlwaysAllow', 'Webhook']);
+  oneOf(['memorySwap', 'swapBehavior'], ['NoSwap', 'LimitedSwap'], true);
+  oneOf(['cgroupDriver'], ['cgroupfs', 'systemd']);
+  oneOf(['hairpinMode'], ['promiscuous-bridge', 'hairpin-veth', 'none']);
+
+  const parallel = get(['maxParallelImagePulls']);
+  if (typeof parallel === 'number' && parallel > 1 && get(['serializeImagePulls']) === true) {
+    // The kubelet's rule: parallel pulls need serializeImagePulls: false.
+    add(['maxParallelImagePulls'], `must be 1 (or unset) when serializeImagePulls is true, got ${parallel}`);
+  }
+
+  for (const p of durationPaths()) {
+    const v = get(p);
+    if (typeof v === 'string' && parseDurationNs(v) < 0n) add(p, `must not be negative, got ${JSON.stringify(v)}`);
+  }
+
+  for (const field of ['containerRuntimeEndpoint', 'imageServiceEndpoint']) {
+    const v = get([field]);
+    if (typeof v === 'string' && v !== '') {
+      const problem = endpointProblem(v);
+      if (problem) add([field], problem);
+    }
+  }
+
+  const cert = get(['tlsCertFile']);
+  const key = get(['tlsPrivateKeyFile']);
+  if ((typeof cert === 'string' && cert !== '') !== (typeof key === 'string' && key !== '')) {
+    const [set, missing] = cert ? ['tlsCertFile', 'tlsPrivateKeyFile'] : ['tlsPrivateKeyFile', 'tlsCertFile'];
+    add([set], `is set but ${missing} is not; set both, or neither for a self-signed certificate`);
+  }
+
+  const eviction = get(['evictionHard']);
+  if (isJsonObject(eviction)) {
+    for (const [signal, value] of Object.entries(eviction)) {
+      const p = ['evictionHard', signal];
+      if (!EVICTION_SIGNALS.has(signal)) {
+        add(p, `unsupported eviction signal ${signal} (known: ${[...EVICTION_SIGNALS].join(', ')})`);
+        continue;
+      }
+      if (typeof value !== 'string') continue;
+      try {
+        parseThresholdValue(value);
+      } catch (err) {
+        add(p, (err as Error).message);
+      }
+    }
+  }
+
+  const gates = get(['featureGates']);
+  if (isJsonObject(gates)) {
+    for (const [name, value] of Object.entries(gates)) {
+      if (typeof value !== 'boolean') continue;
+      const problem = featureGateProblem(name, value);
+      if (problem) add(['featureGates', name], problem);
+    }
+  }
+  return problems;
+}
