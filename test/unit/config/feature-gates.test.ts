@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import { NodeletError } from '../../../src/errors.js';
+import { featureGateProblem, isFeatureEnabled, parseFeatureGates } from '../../../src/config/feature-gates.js';
+
+describe('parseFeatureGates (--feature-gates)', () => {
+  it.each([
+    ['', {}],
+    ['ContainerCheckpoint=false', { ContainerCheckpoint: false }],
+    ['ContainerCheckpoint=false,NodeSwap=true', { ContainerCheckpoint: false, NodeSwap: true }],
+    [' ContainerCheckpoint = false , MemoryQoS=True,', { ContainerCheckpoint: false, MemoryQoS: true }],
+    ['MemoryQoS=1,NodeSwap=F,ImageVolume=TRUE', { MemoryQoS: true, NodeSwap: false, ImageVolume: true }],
+    ['NodeSwap=true,NodeSwap=false', { NodeSwap: false }],
+  ])('%j', (text, expected) => {
+    expect(parseFeatureGates(text)).toEqual(expected);
+  });
+
+  it.each([
+    ['ContainerCheckpoint', /--feature-gates: missing bool value for ContainerCheckpoint/],
+    ['ContainerCheckpoint=yes', /--feature-gates: invalid value of ContainerCheckpoint=yes/],
+    ['ContainerCheckpoint=', /--feature-gates: invalid value of ContainerCheckpoint=/],
+    ['NoSuchGate=true', /--feature-gates: unrecognized feature gate: NoSuchGate/],
+    ['containercheckpoint=true', /unrecognized feature gate: containercheckpoint/],
+    ['DisableCloudProviders=false', /cannot set feature gate DisableCloudProviders to false, feature is locked to true/],
+  ])('rejects %j with INVALID_ARGUMENT', (text, message) => {
+    let caught: unknown;
+    try {
+      parseFeatureGates(text);
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(NodeletError);
+    expect((caught as NodeletError).code).toBe('INVALID_ARGUMENT');
+    expect((caught as NodeletError).message).toMatch(message);
+  });
+});
+
+describe('isFeatureEnabled', () => {
+  it.each([
+    ['default of a beta gate that is on', {}, 'ContainerCheckpoint', true],
+    ['default of an alpha gate', {}, 'MemoryQoS', false],
+    ['explicit false', { ContainerCheckpoint: false }, 'ContainerCheckpoint', false],
+    ['explicit true', { MemoryQoS: true }, 'MemoryQoS', true],
+    ['AllAlpha turns alpha gates on', { AllAlpha: true }, 'MemoryQoS', true],
+    ['AllAlpha leaves beta gates alone', { AllAlpha: true }, 'ProcMountType', false],
+    ['AllBeta=false turns beta gates off', { AllBeta: false }, 'ContainerCheckpoint', false],
+    ['an explicit gate wins over AllBeta', { AllBeta: false, ContainerCheckpoint: true }, 'ContainerCheckpoint', true],
+    ['AllBeta leaves GA gates alone', { AllBeta: false }, 'DisableCloudProviders', true],
+  ])('%s', (_name, featureGates, gate, expected) => {
+    expect(isFeatureEnabled({ featureGates }, gate)).toBe(expected);
+  });
+
+  it('throws for a gate nodelet does not know (a programming error)', () => {
+    expect(() => isFeatureEnabled({ featureGates: {} }, 'NoSuchGate')).toThrow(/unknown feature gate NoSuchGate/);
+  });
+});
+
+describe('featureGateProblem', () => {
+  it('accepts known gates, names unknown and locked ones as the kubelet does', () => {
+    expect(featureGateProblem('ContainerCheckpoint', false)).toBeUndefined();
+    expect(featureGateProblem('DisableCloudProviders', true)).toBeUndefined();
+    expect(featureGateProblem('Nope', true)).toBe('unrecognized feature gate: Nope');
+    expect(featureGateProblem('toString', true)).toBe('unrecognized feature gate: toString');
+  });
+});
