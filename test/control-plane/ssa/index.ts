@@ -25,7 +25,6 @@ import {
   capUpdateManagers,
   decodeManagedFields,
   encodeManagedFields,
-  idOf,
   isResetManagedFields,
   managerId,
   printManager,
@@ -441,10 +440,3 @@ export function recordUpdate(args: {
     return withoutManagedFields(afterIn);
   }
 }
-
-/** The manager identity string of an entry (exposed for the server's tests and diagnostics). */
-export function entryId(e: Pick<ManagedFieldsEntry, 'manager' | 'operation' | 'apiVersion' | 'subresource'>): string {
-  return managerId(e.manager, e.operation, e.apiVersion, e.subresource);
-}
-
-export { idOf };
