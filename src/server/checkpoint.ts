@@ -1,0 +1,245 @@
+/**
+ * `POST /checkpoint/<namespace>/<pod>/<container>` and `GET /checkpoints`.
+ *
+ * The checkpoint, in order (each step answers before the next runs):
+ * 1. path segments validated as names (400 naming the segment) and `timeout` parsed
+ *    (400 naming `timeout`) before any lookup, so no request can name a path outside
+ *    `<rootDir>/checkpoints`;
+ * 2. the pod among the node's pods (404 `pods "<pod>" not found in namespace ...`), the
+ *    container among its containers, init containers and ephemeral containers (404);
+ * 3. per container (pod UID + name) one checkpoint at a time; different containers run
+ *    in parallel;
+ * 4. the running container's ID from the runtime by the kubelet's labels (not running:
+ *    500, as the kubelet);
+ * 5. `<rootDir>/checkpoints` ensured a real directory with mode 0700 (created so, or
+ *    tightened to 0700 with a log line: archives hold every memory page of a container);
+ * 6. a name that exists neither on disk nor in flight (same second: `-1`, `-2`...), so
+ *    the runtime is always told a path that does not exist yet and no archive is ever
+ *    overwritten whether the runtime truncates, renames over, or refuses existing files.
+ *    One nodelet per root dir is guaranteed by the lock file, so the in-process
+ *    reservation is enough;
+ * 7. CRI CheckpointContainer with the timeout; the call's deadline is timeout + margin
+ *    when a timeout is given, else runtimeRequestTimeout;
+ * 8. the archive verified (regular file, readable tar header) and made 0600; only then
+ *    200 `{"items":["<path>"]}`. A failure removes what the runtime may have left there.
+ * 9. retention (optional, keep the newest N of this container) after a success.
+ *
+ * Runtime failures: every error from the runtime during a checkpoint becomes INTERNAL (500)
+ * here, in `runtimeFailure`, with the kubelet's wording `checkpointing of ns/pod/container
+ * failed (<runtime message>)`: the spec wants 500 for a failing or non-implementing
+ * runtime, whatever its gRPC code. This is the only place that rule is applied.
+ */
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
+import type { Clock } from '../clock.js';
+import { silentLogger, type Logger } from '../log.js';
+import type { RuntimeService } from '../runtime/types.js';
+import { ArchiveLister, verifyArchive, type ArchiveInfo } from '../checkpoint/archive.js';
+import { archiveBelongsTo, archivesBeyondRetention, chooseArchiveName, parseArchiveName, parseTimeoutParam, validateSegment } from '../checkpoint/names.js';
+
+/** The node's pods as the server sees them (static now, API pods later). The daemon wires the pod store in. */
+export interface PodLookup {
+  getPod(namespace: string, name: string): Pod | undefined;
+  listPods(): Pod[];
+}
+
+/** What the endpoint needs of the CRI runtime. */
+export type CheckpointRuntime = Pick<RuntimeService, 'listContainers' | 'checkpointContainer'>;
+
+export const POD_UID_LABEL = 'io.kubernetes.pod.uid';
+export const CONTAINER_NAME_LABEL = 'io.kubernetes.container.name';
+
+/** Longest deadline a timer can hold (~24.8 days). */
+const MAX_DEADLINE_MS = 2 ** 31 - 1;
+
+export interface CheckpointServiceOptions {
+  /** `--root-dir`; archives go to `<rootDir>/checkpoints`. */
+  rootDir: string;
+  runtime: CheckpointRuntime;
+  pods: PodLookup;
+  /** runtimeRequestTimeout in ms: the call's deadline when no timeout is asked. */
+  runtimeRequestTimeoutMs: number;
+  /** Added to a requested timeout for the call's deadline, so the runtime can report its own timeout. Default 5000. */
+  deadlineMarginMs?: number;
+  /** Keep the newest N archives per container (`--checkpoint-retention`); 0/undefined: keep all. */
+  retention?: number;
+  clock: Clock;
+  logger?: Logger;
+}
+
+export interface CheckpointRequest {
+  /** Raw (percent-encoded) path segments. */
+  namespace: string | undefined;
+  pod: string | undefined;
+  container: string | undefined;
+  /** Every value of the `timeout` query parameter. */
+  timeout: string[];
+  /** Who asked, for the log. */
+  user?: string;
+}
+
+/** The deadline of the CRI call for a requested timeout (seconds; 0 = runtime default). */
+export function checkpointDeadlineMs(timeoutSec: number, runtimeRequestTimeoutMs: number, marginMs: number): number {
+  return Math.min(MAX_DEADLINE_MS, timeoutSec > 0 ? timeoutSec * 1000 + marginMs : runtimeRequestTimeoutMs);
+}
+
+/** Finds a container by name in containers, then init containers, then ephemeral containers. */
+export function podHasContainer(pod: Pod, name: string): boolean {
+  const spec = pod.spec;
+  return [spec?.containers ?? [], spec?.initContainers ?? [], spec?.ephemeralContainers ?? []].some((list) => list.some((c) => c.name === name));
+}
+
+/** True when anything (even a dangling symlink) has this name. */
+function existsNoFollow(p: string): boolean {
+  try {
+    fs.lstatSync(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The spec's 500 for anything the runtime did wrong during a checkpoint (see the file comment). */
+function runtimeFailure(ns: string, pod: string, container: string, err: unknown): NodeletError {
+  const detail = errorMessage(err);
+  const runtime = isNodeletError(err) ? err.details : {};
+  return new NodeletError('INTERNAL', `checkpointing of ${ns}/${pod}/${container} failed (${detail})`, { ...runtime, runtimeCode: isNodeletError(err) ? err.code : undefined }, { cause: err });
+}
+
+/** The checkpoint endpoint's logic; the HTTPS server calls it. Built once by the composition root. */
+export class CheckpointService {
+  readonly dir: string;
+  readonly #o: CheckpointServiceOptions;
+  readonly #log: Logger;
+  readonly #lister: ArchiveLister;
+  /** Names handed to the runtime and not finished yet. */
+  readonly #inFlight = new Set<string>();
+  /** Per-container tail of the queue of checkpoints. */
+  readonly #locks = new Map<string, Promise<void>>();
+
+  constructor(o: CheckpointServiceOptions) {
+    this.#o = o;
+    this.dir = path.join(o.rootDir, 'checkpoints');
+    this.#log = (o.logger ?? silentLogger()).child({ component: 'checkpoint' });
+    this.#lister = new ArchiveLister(this.dir);
+  }
+
+  /** Handles one checkpoint request; resolves with the archive path or throws NodeletError. */
+  async checkpoint(req: CheckpointRequest): Promise<{ items: string[] }> {
+    const namespace = validateSegment('namespace', req.namespace);
+    const podName = validateSegment('pod', req.pod);
+    const containerName = validateSegment('container', req.container);
+    const timeoutSec = parseTimeoutParam(req.timeout);
+
+    const pod = this.#o.pods.getPod(namespace, podName);
+    if (!pod) throw new NodeletError('NOT_FOUND', `pods "${podName}" not found in namespace "${namespace}"`, { namespace, pod: podName });
+    if (!podHasContainer(pod, containerName)) {
+      throw new NodeletError('NOT_FOUND', `container "${containerName}" not found in pod "${namespace}/${podName}"`, { namespace, pod: podName, container: containerName });
+    }
+    const uid = pod.metadata?.uid ?? '';
+    const key = `${uid || `${namespace}/${podName}`}/${containerName}`;
+    return this.#serialized(key, () => this.#run(namespace, podName, containerName, uid, timeoutSec, req.user));
+  }
+
+  /** `GET /checkpoints`: archives newest first, without those being written right now. */
+  async list(): Promise<ArchiveInfo[]> {
+    const known = new Set(this.#o.pods.listPods().flatMap((p) => {
+      const ns = p.metadata?.namespace ?? 'default';
+      const name = p.metadata?.name ?? '';
+      const s = p.spec;
+      return [...(s?.containers ?? []), ...(s?.initContainers ?? []), ...(s?.ephemeralContainers ?? [])].map((c) => `${ns}/${name}/${c.name}`);
+    }));
+    return this.#lister.list({ skip: (n) => this.#inFlight.has(n), known: (ns, pod, c) => known.has(`${ns}/${pod}/${c}`) });
+  }
+
+  async #serialized<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#locks.get(key) ?? Promise.resolve();
+    let release!: () => void;
+    const mine = new Promise<void>((r) => (release = r));
+    const tail = prev.then(() => mine);
+    this.#locks.set(key, tail);
+    await prev;
+    try {
+      return await fn();
+    } finally {
+      release();
+      if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    }
+  }
+
+  async #run(ns: string, podName: string, containerName: string, uid: string, timeoutSec: number, user: string | undefined): Promise<{ items: string[] }> {
+    const started = this.#o.clock.now();
+    let containerId: string | undefined;
+    try {
+      const running = uid
+        ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [POD_UID_LABEL]: uid, [CONTAINER_NAME_LABEL]: containerName } })
+        : [];
+      containerId = running.sort((a, b) => b.createdAt - a.createdAt)[0]?.id;
+    } catch (err) {
+      throw runtimeFailure(ns, podName, containerName, err);
+    }
+    if (!containerId) throw runtimeFailure(ns, podName, containerName, `container "${containerName}" of pod "${ns}/${podName}" is not running`);
+
+    await this.#ensureDir();
+    const name = chooseArchiveName(podName, ns, containerName, this.#o.clock.now(), (n) => this.#inFlight.has(n) || existsNoFollow(path.join(this.dir, n)));
+    const location = path.join(this.dir, name);
+    this.#inFlight.add(name);
+    try {
+      try {
+        await this.#o.runtime.checkpointContainer(
+          { containerId, location, timeoutSec },
+          { deadlineMs: checkpointDeadlineMs(timeoutSec, this.#o.runtimeRequestTimeoutMs, this.#o.deadlineMarginMs ?? 5000) },
+        );
+      } catch (err) {
+        throw runtimeFailure(ns, podName, containerName, err);
+      }
+      await verifyArchive(location);
+    } catch (err) {
+      // Whatever the runtime left half-written holds memory pages: do not keep it.
+      await fsp.rm(location, { force: true }).catch(() => undefined);
+      this.#log.warn({ namespace: ns, pod: podName, container: containerName, user, err: errorMessage(err) }, 'checkpoint failed');
+      throw err;
+    } finally {
+      this.#inFlight.delete(name);
+    }
+    this.#log.info({ namespace: ns, pod: podName, container: containerName, containerId, user, archive: location, ms: this.#o.clock.now() - started }, 'checkpoint written');
+    await this.#applyRetention(podName, ns, containerName);
+    return { items: [location] };
+  }
+
+  async #ensureDir(): Promise<void> {
+    try {
+      await fsp.mkdir(this.dir, { recursive: true, mode: 0o700 });
+      const st = await fsp.lstat(this.dir);
+      if (!st.isDirectory()) throw new Error('exists and is not a directory');
+      if ((st.mode & 0o077) !== 0) {
+        await fsp.chmod(this.dir, 0o700);
+        this.#log.warn({ dir: this.dir, mode: (st.mode & 0o777).toString(8) }, 'checkpoint directory was accessible to others; made it 0700');
+      }
+    } catch (err) {
+      throw new NodeletError('INTERNAL', `checkpoint directory ${this.dir}: ${errorMessage(err)}`, { dir: this.dir }, { cause: err });
+    }
+  }
+
+  /** Removes this container's archives beyond the newest N. Failures are logged, never answered. */
+  async #applyRetention(pod: string, ns: string, container: string): Promise<void> {
+    const keep = this.#o.retention ?? 0;
+    if (!(keep > 0)) return;
+    try {
+      const mine = (await fsp.readdir(this.dir))
+        .filter((n) => !this.#inFlight.has(n))
+        .map((n) => ({ n, p: parseArchiveName(n) }))
+        .filter((x): x is { n: string; p: NonNullable<typeof x.p> } => !!x.p && archiveBelongsTo(x.p, pod, ns, container))
+        .map((x) => ({ name: x.n, time: x.p.time, seq: x.p.seq }));
+      for (const old of archivesBeyondRetention(mine, keep)) {
+        await fsp.rm(path.join(this.dir, old.name), { force: true });
+        this.#log.info({ archive: path.join(this.dir, old.name), keep }, 'checkpoint archive removed by retention');
+      }
+    } catch (err) {
+      this.#log.warn({ dir: this.dir, err: errorMessage(err) }, 'checkpoint retention failed');
+    }
+  }
+}

@@ -1,0 +1,283 @@
+/**
+ * The node's servers:
+ * - `createNodeServer`: HTTPS on `address:port` (10250), every request authenticated and
+ *   authorized (auth.ts) before routing, as the kubelet's filter chain does; routes
+ *   `GET /healthz`, `GET /pods`, and, when the checkpoint service is given (gate
+ *   ContainerCheckpoint on and enableDebuggingHandlers true), `POST /checkpoint/<ns>/<pod>/<container>`
+ *   and `GET /checkpoints`. Without the service those paths are 404 like any unknown path.
+ * - `createReadOnlyServer`: plain HTTP for `readOnlyPort`, unauthenticated like the
+ *   kubelet's: `GET /healthz` and `GET /pods` only; never a checkpoint.
+ *
+ * Errors from every route go through errors.ts (one table, a `Status` body). Paths are
+ * routed on the raw, undecoded URL path, split on `/`, and never normalized, so the
+ * authorization attributes and the route are computed from the same segments.
+ *
+ * Built by the composition root; `start()` listens, `stop()` stops accepting, lets open
+ * requests finish for up to shutdownTimeoutMs, then closes what is left. Both idempotent.
+ */
+import http from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { NodeletError, errorMessage } from '../errors.js';
+import { renderHealthz, type HealthRegistry } from '../health/checks.js';
+import { silentLogger, type Logger } from '../log.js';
+import { authorizeRequest, requestAttributes, type Authenticator, type Authorizer, type Credentials, type PeerCertificate, type UserInfo } from './auth.js';
+import type { CheckpointService, PodLookup } from './checkpoint.js';
+import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from './errors.js';
+
+export interface NodeServerOptions {
+  address: string;
+  port: number;
+  tls: {
+    /** PEM serving certificate and key (tls.ts). */
+    cert: string;
+    key: string;
+    /** PEM bundle of `authentication.x509.clientCAFile`; set: client certificates are requested and verified against it. */
+    clientCA?: string;
+  };
+  authenticator: Authenticator;
+  authorizer: Authorizer;
+  /** The node's name: the `name` of every authorization attribute set. */
+  nodeName: string;
+  health: HealthRegistry;
+  pods: PodLookup;
+  /** Given only when checkpoints are enabled (gate and enableDebuggingHandlers). */
+  checkpoints?: CheckpointService;
+  /** How long stop() lets open requests run (default 5000). */
+  shutdownTimeoutMs?: number;
+  logger?: Logger;
+}
+
+export interface ReadOnlyServerOptions {
+  address: string;
+  port: number;
+  health: HealthRegistry;
+  pods: PodLookup;
+  shutdownTimeoutMs?: number;
+  logger?: Logger;
+}
+
+export interface NodeServer {
+  /** Listens; resolves with the bound address (port 0 picks a free one). */
+  start(): Promise<{ address: string; port: number }>;
+  /** Graceful, bounded stop. */
+  stop(): Promise<void>;
+}
+
+interface Route {
+  methods: readonly string[];
+  handle(ctx: RequestContext): Promise<Reply>;
+}
+
+interface RequestContext {
+  method: string;
+  segments: string[];
+  query: URLSearchParams;
+  user?: UserInfo;
+}
+
+type Reply = { status: number; json: unknown } | { status: number; text: string };
+
+/** Finds the route for the raw path segments (`/a/b` -> ['a','b']). */
+type Router = (segments: string[]) => Route | undefined;
+
+function podList(pods: PodLookup): Reply {
+  return { status: 200, json: { kind: 'PodList', apiVersion: 'v1', metadata: {}, items: pods.listPods() } };
+}
+
+function commonRoutes(health: HealthRegistry, pods: PodLookup): Record<string, Route> {
+  return {
+    healthz: {
+      methods: ['GET', 'HEAD'],
+      async handle(ctx) {
+        const r = renderHealthz(await health.run(), ctx.query.has('verbose'));
+        return { status: r.status, text: r.body };
+      },
+    },
+    pods: { methods: ['GET'], handle: async () => podList(pods) },
+  };
+}
+
+function nodeRouter(o: NodeServerOptions): Router {
+  const common = commonRoutes(o.health, o.pods);
+  const cp = o.checkpoints;
+  const checkpoint: Route | undefined = cp && {
+    methods: ['POST'],
+    async handle(ctx) {
+      const rest = ctx.segments.slice(1);
+      if (rest.length > 3) {
+        throw new NodeletError('INVALID_ARGUMENT', `expected /checkpoint/<namespace>/<pod>/<container>: the path has ${rest.length} segments after /checkpoint`, { param: 'path' });
+      }
+      const result = await cp.checkpoint({ namespace: rest[0], pod: rest[1], container: rest[2], timeout: ctx.query.getAll('timeout'), ...(ctx.user ? { user: ctx.user.username } : {}) });
+      return { status: 200, json: result };
+    },
+  };
+  const checkpoints: Route | undefined = cp && { methods: ['GET'], handle: async () => ({ status: 200, json: { items: await cp.list() } }) };
+  return (segments) => {
+    const [first, ...rest] = segments;
+    if (first === 'checkpoint') return checkpoint;
+    if (rest.length > 0) return undefined;
+    if (first === 'checkpoints') return checkpoints;
+    return first === 'healthz' || first === 'pods' ? common[first] : undefined;
+  };
+}
+
+function splitUrl(url: string): { rawPath: string; segments: string[]; query: URLSearchParams } {
+  const q = url.indexOf('?');
+  const rawPath = q < 0 ? url : url.slice(0, q);
+  const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
+  // '/a/b' -> ['a','b']; '/a/' -> ['a','']: empty segments are kept for the handler to judge.
+  const segments = rawPath.startsWith('/') ? rawPath.slice(1).split('/') : [rawPath];
+  return { rawPath, segments, query };
+}
+
+function peerCertificate(req: http.IncomingMessage): PeerCertificate | undefined {
+  const sock = req.socket as TLSSocket;
+  if (typeof sock.getPeerCertificate !== 'function') return undefined;
+  const pc = sock.getPeerCertificate();
+  if (!pc || Object.keys(pc).length === 0) return undefined;
+  const list = (v: string | string[] | undefined): string[] => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+  const subject = (pc.subject ?? {}) as unknown as Record<string, string | string[] | undefined>;
+  return {
+    verified: sock.authorized === true,
+    ...(sock.authorizationError ? { verifyError: String(sock.authorizationError) } : {}),
+    commonName: list(subject.CN)[0] ?? '',
+    organizations: list(subject.O),
+    ...(Array.isArray(pc.ext_key_usage) ? { extKeyUsage: pc.ext_key_usage } : {}),
+  };
+}
+
+function send(res: http.ServerResponse, reply: Reply | FailureStatus, headOnly: boolean, extraHeaders: Record<string, string> = {}): void {
+  let status: number;
+  let body: string;
+  let type: string;
+  if ('kind' in reply && reply.kind === 'Status') {
+    status = reply.code;
+    body = JSON.stringify(reply);
+    type = 'application/json';
+  } else if ('json' in reply) {
+    status = reply.status;
+    body = JSON.stringify(reply.json);
+    type = 'application/json';
+  } else {
+    const r = reply as { status: number; text: string };
+    status = r.status;
+    body = r.text;
+    type = 'text/plain; charset=utf-8';
+  }
+  res.writeHead(status, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), 'X-Content-Type-Options': 'nosniff', ...extraHeaders });
+  res.end(headOnly ? undefined : body);
+}
+
+/** The request pipeline shared by both servers; `auth` absent = the read-only port. */
+function makeHandler(
+  router: Router,
+  log: Logger,
+  auth?: { authenticator: Authenticator; authorizer: Authorizer; nodeName: string; x509: boolean },
+): http.RequestListener {
+  return (req, res) => {
+    const method = (req.method ?? 'GET').toUpperCase();
+    const { rawPath, segments, query } = splitUrl(req.url ?? '/');
+    // Bodies are not used by any route; drain so keep-alive connections stay usable.
+    req.resume();
+    const headOnly = method === 'HEAD';
+    void (async () => {
+      let user: UserInfo | undefined;
+      try {
+        if (auth) {
+          const creds: Credentials = {
+            ...(auth.x509 ? { peerCertificate: peerCertificate(req) } : {}),
+            ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
+          };
+          user = await auth.authenticator.authenticate(creds);
+          await authorizeRequest(auth.authorizer, user, requestAttributes(method, rawPath, auth.nodeName));
+        }
+        const route = router(segments);
+        if (!route) return send(res, routeNotFound(), headOnly);
+        if (!route.methods.includes(method)) return send(res, methodNotAllowed(method, route.methods), headOnly, { Allow: route.methods.join(', ') });
+        const reply = await route.handle({ method, segments, query, ...(user ? { user } : {}) });
+        send(res, reply, headOnly);
+      } catch (err) {
+        const status = statusFor(err);
+        const fields = { method, path: rawPath, user: user?.username, code: status.code, err: errorMessage(err), details: err instanceof NodeletError ? err.details : undefined };
+        if (status.code >= 500) log.warn(fields, 'request failed');
+        else log.debug(fields, 'request refused');
+        if (!res.headersSent) send(res, status, headOnly);
+        else res.destroy();
+      }
+    })();
+  };
+}
+
+function lifecycle(server: http.Server | https.Server, address: string, port: number, shutdownTimeoutMs: number, log: Logger): NodeServer {
+  let started = false;
+  let stopping: Promise<void> | undefined;
+  return {
+    async start() {
+      if (!started) {
+        await new Promise<void>((resolve, reject) => {
+          const onError = (err: Error) => reject(new NodeletError('UNAVAILABLE', `listening on ${address}:${port}: ${err.message}`, { address, port }, { cause: err }));
+          server.once('error', onError);
+          server.listen({ host: address, port }, () => {
+            server.off('error', onError);
+            resolve();
+          });
+        });
+        started = true;
+        // Errors after listening (a socket reset) must never crash the daemon.
+        server.on('error', (err) => log.warn({ err: err.message }, 'server error'));
+        server.on('clientError', (err, socket) => {
+          log.debug({ err: err.message }, 'client error');
+          socket.destroy();
+        });
+        log.info({ address, port: (server.address() as AddressInfo).port }, 'listening');
+      }
+      const a = server.address() as AddressInfo;
+      return { address: a.address, port: a.port };
+    },
+    stop() {
+      if (!started) return Promise.resolve();
+      stopping ??= new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          log.warn({ shutdownTimeoutMs }, 'closing connections still open at shutdown');
+          server.closeAllConnections();
+        }, shutdownTimeoutMs);
+        server.close(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+        server.closeIdleConnections();
+      });
+      return stopping;
+    },
+  };
+}
+
+/** The HTTPS server on `port` (see the file comment). Constructing it listens on nothing. */
+export function createNodeServer(o: NodeServerOptions): NodeServer {
+  const log = (o.logger ?? silentLogger()).child({ component: 'https-server' });
+  const server = https.createServer(
+    {
+      cert: o.tls.cert,
+      key: o.tls.key,
+      minVersion: 'TLSv1.2',
+      ...(o.tls.clientCA
+        ? // Ask for a certificate but let the handshake through without one: tokens and
+          // anonymous requests use the same port; auth.ts decides from socket.authorized.
+          { ca: o.tls.clientCA, requestCert: true, rejectUnauthorized: false }
+        : {}),
+    },
+    makeHandler(nodeRouter(o), log, { authenticator: o.authenticator, authorizer: o.authorizer, nodeName: o.nodeName, x509: !!o.tls.clientCA }),
+  );
+  return lifecycle(server, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+}
+
+/** The read-only HTTP server for `readOnlyPort`: GET /healthz and GET /pods, no authentication, never checkpoints. */
+export function createReadOnlyServer(o: ReadOnlyServerOptions): NodeServer {
+  const log = (o.logger ?? silentLogger()).child({ component: 'read-only-server' });
+  const common = commonRoutes(o.health, o.pods);
+  const router: Router = (segments) => (segments.length === 1 && (segments[0] === 'healthz' || segments[0] === 'pods') ? common[segments[0]] : undefined);
+  const server = http.createServer(makeHandler(router, log));
+  return lifecycle(server, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+}
