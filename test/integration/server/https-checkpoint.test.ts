@@ -69,6 +69,7 @@ interface NodeOpts {
   authorizer?: Authorizer;
   reviews?: ReviewClient;
   rootDir?: string;
+  shutdownTimeoutMs?: number;
 }
 
 async function startNode(o: NodeOpts = {}): Promise<{ url: string; rootDir: string }> {
@@ -89,6 +90,7 @@ async function startNode(o: NodeOpts = {}): Promise<{ url: string; rootDir: stri
     nodeName: 'node-a',
     health,
     pods: podLookup,
+    ...(o.shutdownTimeoutMs !== undefined ? { shutdownTimeoutMs: o.shutdownTimeoutMs } : {}),
     ...(o.checkpoints === false ? {} : { checkpoints: new CheckpointService({ rootDir, runtime: cri, pods: podLookup, runtimeRequestTimeoutMs: 30_000, clock: realClock }) }),
   });
   servers.push(server);
@@ -340,3 +342,40 @@ describe('other routes', () => {
     expect(fake.calls.length).toBe(before);
   });
 });
+
+describe('stop', () => {
+  it('lets a short request finish, and cuts a long one after shutdownTimeoutMs', async () => {
+    const { url } = await startNode({ shutdownTimeoutMs: 300 });
+    const server = servers.at(-1)!;
+    fake.checkpointDelayMs = 100;
+    const short = request(`${url}/checkpoint/default/web-0/app`, { method: 'POST', ...asAlice() });
+    await waitFor(() => fake.callsOf('CheckpointContainer').some((c) => Date.now() - c.at < 100));
+    await server.stop();
+    expect((await short).status).toBe(200);
+
+    const again = await startNode({ shutdownTimeoutMs: 300 });
+    const server2 = servers.at(-1)!;
+    fake.checkpointDelayMs = 5000;
+    const long = request(`${again.url}/checkpoint/default/web-0/sidecar`, { method: 'POST', ...asAlice() }).then(
+      (r) => r.status,
+      (err: Error) => err.message,
+    );
+    const n = fake.callsOf('CheckpointContainer').length;
+    await waitFor(() => fake.callsOf('CheckpointContainer').length > n);
+    const t0 = Date.now();
+    await server2.stop();
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(await long).toBe('socket hang up');
+    // Further connections are refused.
+    await expect(request(`${again.url}/healthz`, asAlice())).rejects.toThrow(/ECONNREFUSED/);
+  });
+});
+
+/** Bounded polling for an event in another component (the runtime received a call). */
+async function waitFor(cond: () => boolean, timeoutMs = 5000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error('condition not reached in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
