@@ -4,11 +4,12 @@
  * process. The kernel releases it when the process dies, even by SIGKILL, so there is
  * never a stale lock; util-linux `flock` and a kubelet on the same path see it.
  *
- * fs-ext is a native addon (loaded lazily: only the daemon needs it). A blocking
- * flock runs on a libuv worker thread, which also makes a waiting nodelet visible in
- * /proc/locks as a waiter: that is how a holder started with --exit-on-lock-contention
- * notices a successor (see watchContention).
+ * fs-ext is a native addon (loaded lazily: only the daemon needs it); nodelet itself
+ * only ever calls the non-blocking flock. Waiting is done by a util-linux `flock` child
+ * (see acquireLock), which is visible in /proc/locks as a waiter: that is how a holder
+ * started with --exit-on-lock-contention notices a successor (see watchContention).
  */
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { NodeletError } from '../errors.js';
@@ -81,8 +82,7 @@ function openLockFile(path: string): number {
 /**
  * Takes the exclusive lock, waiting as long as another process holds it. While waiting
  * it logs who holds it (from /proc/locks), once at once and then every `relogMs`.
- * Aborting `signal` while waiting rejects with CANCELLED (the worker thread stays blocked
- * in flock until the process exits, which is what a cancelled start does next).
+ * Aborting `signal` while waiting kills the waiting child and rejects with CANCELLED.
  */
 export async function acquireLock(path: string, opts: { logger: Logger; signal?: AbortSignal; relogMs?: number }): Promise<LockHandle> {
   const ext = loadFsExt();
@@ -111,21 +111,57 @@ export async function acquireLock(path: string, opts: { logger: Logger; signal?:
   const relog = setInterval(logWait, opts.relogMs ?? 30_000);
   relog.unref();
   try {
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => reject(new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`));
-      if (opts.signal?.aborted) return onAbort();
-      opts.signal?.addEventListener('abort', onAbort, { once: true });
-      ext.flock(fd, 'ex', (err) => {
-        opts.signal?.removeEventListener('abort', onAbort);
-        if (err) reject(new NodeletError('INTERNAL', `cannot lock ${path}: ${err.message}`, { path }, { cause: err }));
-        else resolve();
-      });
-    });
+    // Wait in a child (util-linux flock on the same path), never on a libuv worker
+    // thread: a thread blocked in flock(2) cannot be interrupted, and Node joins its
+    // threadpool at exit, so `systemctl stop` of a waiting nodelet would hang until the
+    // holder let go. The child shows in /proc/locks as the waiter (a holder with
+    // --exit-on-lock-contention sees it); once it gets the lock it exits at once and we
+    // race for it with a non-blocking flock, looping if a third process won.
+    for (;;) {
+      await waitInChild(path, opts.signal);
+      try {
+        ext.flockSync(fd, 'exnb');
+        break;
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'EAGAIN' && code !== 'EWOULDBLOCK') {
+          throw new NodeletError('INTERNAL', `cannot lock ${path}: ${(err as Error).message}`, { path }, { cause: err });
+        }
+      }
+    }
+  } catch (err) {
+    fs.closeSync(fd);
+    throw err;
   } finally {
     clearInterval(relog);
   }
   opts.logger.info({ lockFile: path }, 'acquired lock file');
   return makeHandle(path, fd, inode);
+}
+
+/** Resolves when `flock <path> true` could take (and at once dropped) the lock; killable. */
+function waitInChild(path: string, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onAbort = () => {
+      child.kill('SIGKILL');
+      reject(new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`));
+    };
+    if (signal?.aborted) return reject(new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`));
+    const child = spawn('flock', ['--exclusive', path, 'true'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    signal?.addEventListener('abort', onAbort, { once: true });
+    child.on('error', (err) => {
+      signal?.removeEventListener('abort', onAbort);
+      reject(new NodeletError('INTERNAL', `cannot wait for lock file ${path}: flock(1): ${err.message}`, { path }, { cause: err }));
+    });
+    child.on('exit', (code, sig) => {
+      signal?.removeEventListener('abort', onAbort);
+      if (signal?.aborted) return;
+      if (code === 0) resolve();
+      else reject(new NodeletError('INTERNAL', `cannot wait for lock file ${path}: flock(1) exited ${code ?? sig}: ${stderr.trim()}`, { path }));
+    });
+  });
 }
 
 function makeHandle(path: string, fd: number, inode: number): LockHandle {

@@ -39,7 +39,11 @@ describe('systemctl start nodelet', () => {
       return s.StatusText!.startsWith('waiting for lock file') ? s : undefined;
     });
     expect(waiting).toMatchObject({ ActiveState: 'activating', SubState: 'start', StatusText: `waiting for lock file ${BOX_LOCK_FILE}` });
-    expect((await lockState(box, BOX_LOCK_FILE)).waiters).toEqual([Number(waiting.MainPID)]);
+    // The waiter in /proc/locks is nodelet's flock(1) child, inside the unit's cgroup.
+    const waiters = (await lockState(box, BOX_LOCK_FILE)).waiters;
+    expect(waiters).toHaveLength(1);
+    const stat = (await box.exec(['cat', `/proc/${waiters[0]}/stat`])).stdout;
+    expect(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])).toBe(Number(waiting.MainPID));
     // Still waiting a while later: `systemctl start` has not returned.
     await new Promise((r) => setTimeout(r, 1_000));
     expect(startReturned).toBe(false);

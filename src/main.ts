@@ -1,0 +1,214 @@
+#!/usr/bin/env node
+/**
+ * nodelet's command line (commander). `nodelet` runs the daemon; `nodelet config view`
+ * prints the effective configuration. Maps every outcome to an exit code:
+ * 0 clean stop (signal, lock hand-over), 1 invalid configuration or flags, 2 a fault
+ * during start.
+ */
+import path from 'node:path';
+import { Command, Option, type OptionValues } from 'commander';
+import { errorMessage, NodeletError } from './errors.js';
+import { createLogger, levelFromVerbosity, type Logger } from './log.js';
+import { resolveNodeIdentity } from './node-identity.js';
+import { Daemon, type NodeletFlags } from './daemon.js';
+import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedConfig } from './config/index.js';
+
+const VERSION = '0.1.0';
+
+/** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
+function addCommonOptions(cmd: Command): Command {
+  return cmd
+    .option('--config <file>', 'KubeletConfiguration file (kubelet.config.k8s.io/v1beta1), YAML or JSON')
+    .option('--config-dir <dir>', 'directory of drop-in *.conf KubeletConfiguration files, merged over --config in lexical order of their paths')
+    .option('--root-dir <dir>', 'directory for nodelet files (checkpoints, seccomp profiles, pki)', '/var/lib/kubelet')
+    .option('--kubeconfig <file>', 'kubeconfig of the control plane; without it nodelet runs standalone')
+    .option('--hostname-override <name>', 'node name to use instead of the hostname')
+    .option('--node-ip <ip[,ip]>', 'IP address(es) of the node, instead of the host addresses found')
+    .option('--lock-file <file>', 'lock file that keeps two agents from running at once (flock(2))', '/var/run/kubelet.lock')
+    .option('--exit-on-lock-contention', 'exit 0 when another process waits for the lock file (hand-over to a new agent); needs --lock-file', false)
+    .option('--cert-dir <dir>', 'directory of the serving certificate and key (default: <root-dir>/pki)')
+    .option('--feature-gates <A=true,B=false>', 'feature gates, over the configuration file\'s featureGates')
+    .option('--checkpoint-retention <n>', 'keep only the newest n checkpoint archives per container (default: keep all)')
+    .addOption(new Option('-v, --v <level>', 'log verbosity as the kubelet\'s: 0-1 info, 2-3 debug, 4+ trace').default('0'))
+    .addOption(new Option('--log-level <level>', 'log level, over -v').choices(['error', 'warn', 'info', 'debug', 'trace']))
+    // Kubelet flags that set KubeletConfiguration fields; they win over the files.
+    .option('--container-runtime-endpoint <endpoint>', 'containerRuntimeEndpoint, e.g. unix:///run/containerd/containerd.sock')
+    .option('--image-service-endpoint <endpoint>', 'imageServiceEndpoint')
+    .option('--pod-manifest-path <dir>', 'staticPodPath: directory of static pod manifests')
+    .option('--address <ip>', 'address: IP the HTTPS server binds')
+    .option('--port <port>', 'port: HTTPS server port')
+    .option('--read-only-port <port>', 'readOnlyPort: plain-HTTP port for /pods and /healthz; 0 disables')
+    .option('--healthz-bind-address <ip>', 'healthzBindAddress')
+    .option('--healthz-port <port>', 'healthzPort; 0 disables')
+    .option('--tls-cert-file <file>', 'tlsCertFile: serving certificate')
+    .option('--tls-private-key-file <file>', 'tlsPrivateKeyFile: serving key')
+    .option('--cluster-dns <ip[,ip]>', 'clusterDNS')
+    .option('--cluster-domain <domain>', 'clusterDomain')
+    .option('--fail-swap-on <bool>', 'failSwapOn')
+    .option('--max-pods <n>', 'maxPods');
+}
+
+/** Builds the KubeletConfiguration-shaped overrides of the flags given (values still raw strings where the config validates them). */
+export function flagOverrides(o: OptionValues): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const num = (name: string, v: string) => {
+    if (!/^\d+$/.test(v)) throw new NodeletError('INVALID_ARGUMENT', `--${name}: "${v}" is not a non-negative integer`);
+    return Number(v);
+  };
+  const bool = (name: string, v: string) => {
+    if (v !== 'true' && v !== 'false') throw new NodeletError('INVALID_ARGUMENT', `--${name}: "${v}" is not true or false`);
+    return v === 'true';
+  };
+  if (o.featureGates !== undefined) out.featureGates = parseFeatureGates(o.featureGates);
+  if (o.containerRuntimeEndpoint !== undefined) out.containerRuntimeEndpoint = o.containerRuntimeEndpoint;
+  if (o.imageServiceEndpoint !== undefined) out.imageServiceEndpoint = o.imageServiceEndpoint;
+  if (o.podManifestPath !== undefined) out.staticPodPath = o.podManifestPath;
+  if (o.address !== undefined) out.address = o.address;
+  if (o.port !== undefined) out.port = num('port', o.port);
+  if (o.readOnlyPort !== undefined) out.readOnlyPort = num('read-only-port', o.readOnlyPort);
+  if (o.healthzBindAddress !== undefined) out.healthzBindAddress = o.healthzBindAddress;
+  if (o.healthzPort !== undefined) out.healthzPort = num('healthz-port', o.healthzPort);
+  if (o.tlsCertFile !== undefined) out.tlsCertFile = o.tlsCertFile;
+  if (o.tlsPrivateKeyFile !== undefined) out.tlsPrivateKeyFile = o.tlsPrivateKeyFile;
+  if (o.clusterDns !== undefined) out.clusterDNS = String(o.clusterDns).split(',').map((s) => s.trim()).filter(Boolean);
+  if (o.clusterDomain !== undefined) out.clusterDomain = o.clusterDomain;
+  if (o.failSwapOn !== undefined) out.failSwapOn = bool('fail-swap-on', o.failSwapOn);
+  if (o.maxPods !== undefined) out.maxPods = num('max-pods', o.maxPods);
+  return out;
+}
+
+function load(o: OptionValues): Promise<LoadedConfig> {
+  return loadConfig({
+    configFile: o.config ? path.resolve(o.config) : undefined,
+    configDir: o.configDir ? path.resolve(o.configDir) : undefined,
+    flagOverrides: flagOverrides(o),
+  });
+}
+
+function nodeletFlags(cmd: Command, o: OptionValues): NodeletFlags {
+  if (o.exitOnLockContention && cmd.getOptionValueSource('lockFile') !== 'cli') {
+    throw new NodeletError('INVALID_ARGUMENT', '--exit-on-lock-contention requires --lock-file');
+  }
+  let checkpointRetention: number | undefined;
+  if (o.checkpointRetention !== undefined) {
+    if (!/^[1-9]\d*$/.test(o.checkpointRetention)) {
+      throw new NodeletError('INVALID_ARGUMENT', `--checkpoint-retention: "${o.checkpointRetention}" is not a positive integer`);
+    }
+    checkpointRetention = Number(o.checkpointRetention);
+  }
+  const rootDir = path.resolve(o.rootDir);
+  return {
+    configFile: o.config ? path.resolve(o.config) : undefined,
+    configDir: o.configDir ? path.resolve(o.configDir) : undefined,
+    rootDir,
+    kubeconfig: o.kubeconfig ? path.resolve(o.kubeconfig) : undefined,
+    lockFile: path.resolve(o.lockFile),
+    exitOnLockContention: !!o.exitOnLockContention,
+    certDir: path.resolve(o.certDir ?? path.join(rootDir, 'pki')),
+    checkpointRetention,
+  };
+}
+
+function loggerFor(o: OptionValues): Logger {
+  if (o.v !== undefined && !/^\d+$/.test(o.v)) throw new NodeletError('INVALID_ARGUMENT', `-v: "${o.v}" is not a non-negative integer`);
+  return createLogger({ level: o.logLevel ?? levelFromVerbosity(Number(o.v ?? 0)) });
+}
+
+/** Prints a startup failure for a human (stderr) and for the journal (an error record). */
+function reportFailure(err: unknown, logger?: Logger): void {
+  if (err instanceof ConfigError) {
+    process.stderr.write(`nodelet: invalid configuration:\n${err.message.split('\n').map((l) => `  ${l}`).join('\n')}\n`);
+    logger?.error({ problems: err.details.problems }, 'invalid configuration');
+  } else {
+    process.stderr.write(`nodelet: ${errorMessage(err)}\n`);
+    logger?.error({ err }, errorMessage(err));
+  }
+}
+
+async function runDaemon(cmd: Command): Promise<number> {
+  const o = cmd.opts();
+  let logger: Logger | undefined;
+  let daemon: Daemon;
+  try {
+    logger = loggerFor(o);
+    // Everything that can be wrong with the input is found here, before the lock is taken
+    // or anything is written.
+    const flags = nodeletFlags(cmd, o);
+    const loaded = await load(o);
+    const identity = resolveNodeIdentity({ hostnameOverride: o.hostnameOverride, nodeIp: o.nodeIp });
+    daemon = new Daemon({ flags, loaded, identity, logger });
+  } catch (err) {
+    reportFailure(err, logger);
+    return 1;
+  }
+
+  const starting = new AbortController();
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals) => {
+    signals++;
+    if (signals > 1) {
+      logger!.warn({ signal: sig }, `second ${sig}: exiting now`);
+      process.exit(1);
+    }
+    logger!.info({ signal: sig }, `received ${sig}, shutting down`);
+    starting.abort();
+    daemon.requestStop(sig);
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
+  try {
+    await daemon.start(starting.signal);
+  } catch (err) {
+    if (starting.signal.aborted) {
+      await daemon.stop();
+      return 0;
+    }
+    reportFailure(err, logger);
+    await daemon.stop();
+    return 2;
+  }
+  await daemon.done;
+  await daemon.stop();
+  return 0;
+}
+
+async function configView(cmd: Command): Promise<number> {
+  const o = cmd.optsWithGlobals();
+  try {
+    const loaded = await load(o);
+    process.stdout.write(renderConfig(loaded, { showOrigin: !!o.showOrigin }));
+    for (const w of loaded.warnings) process.stderr.write(`warning: ${w.file}: ${w.field}: ${w.message}\n`);
+    return 0;
+  } catch (err) {
+    reportFailure(err);
+    return 1;
+  }
+}
+
+export function buildProgram(): Command {
+  const program = addCommonOptions(
+    new Command('nodelet')
+      .description('A Kubernetes node agent: runs the node\'s pods through the container runtime (CRI), standalone or with a control plane.')
+      .version(VERSION, '--version')
+      .enablePositionalOptions(),
+  ).action(async (_opts, cmd: Command) => {
+    process.exitCode = await runDaemon(cmd);
+  });
+
+  const config = program.command('config').description('inspect the configuration');
+  addCommonOptions(
+    config
+      .command('view')
+      .description('print the effective KubeletConfiguration (defaults < --config < drop-ins < flags) as YAML')
+      .option('--show-origin', 'annotate every value with where it came from: a file path, "flag" or "default"', false),
+  ).action(async (_opts, cmd: Command) => {
+    process.exitCode = await configView(cmd);
+  });
+  return program;
+}
+
+await buildProgram().parseAsync(process.argv);
+// Whatever handles are left (a worker thread blocked in flock, an idle socket), a
+// finished command exits with its code.
+process.exit(process.exitCode ?? 0);

@@ -1,0 +1,133 @@
+/**
+ * Starts the BUILT nodelet (dist/src/main.js, from `npm run build`) as a child process,
+ * the way systemd or an operator does, and follows its JSON log lines.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const projectRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const nodeletBin = path.join(projectRoot, 'dist/src/main.js');
+
+export interface LogRecord {
+  level: string;
+  msg: string;
+  component?: string;
+  [k: string]: unknown;
+}
+
+export class NodeletProcess {
+  readonly records: LogRecord[] = [];
+  stdout = '';
+  stderr = '';
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  #waiters: { pred: (r: LogRecord) => boolean; resolve: (r: LogRecord) => void }[] = [];
+
+  constructor(readonly child: ChildProcess) {
+    let buf = '';
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      this.stdout += d;
+      buf += d;
+      let i: number;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        try {
+          const rec = JSON.parse(line.replace(/^<\d>/, '')) as LogRecord;
+          this.records.push(rec);
+          this.#waiters = this.#waiters.filter((w) => (w.pred(rec) ? (w.resolve(rec), false) : true));
+        } catch {
+          /* not a JSON record */
+        }
+      }
+    });
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => (this.stderr += d));
+    this.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  /** Resolves with the first record (past or future) matching; rejects after timeoutMs or on exit. */
+  waitFor(pred: (r: LogRecord) => boolean, timeoutMs = 15_000): Promise<LogRecord> {
+    const seen = this.records.find(pred);
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`timed out waiting for a log record; stdout:\n${this.stdout}\nstderr:\n${this.stderr}`)), timeoutMs);
+      this.#waiters.push({
+        pred,
+        resolve: (r) => {
+          clearTimeout(t);
+          resolve(r);
+        },
+      });
+      void this.exited.then(({ code, signal }) => {
+        clearTimeout(t);
+        reject(new Error(`nodelet exited (code ${code}, signal ${signal}) before the awaited record; stdout:\n${this.stdout}\nstderr:\n${this.stderr}`));
+      });
+    });
+  }
+
+  waitForMsg(re: RegExp, timeoutMs?: number): Promise<LogRecord> {
+    return this.waitFor((r) => re.test(r.msg), timeoutMs);
+  }
+
+  /** Sends a signal to this process only (by PID) unless it already exited. */
+  kill(sig: NodeJS.Signals = 'SIGTERM'): void {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(sig);
+  }
+}
+
+export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): NodeletProcess {
+  if (!fs.existsSync(nodeletBin)) throw new Error(`${nodeletBin} is missing: run \`npm run build\` first`);
+  const env = { ...process.env, ...opts.env };
+  for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'JOURNAL_STREAM'] as const) {
+    if (!(opts.env && k in opts.env)) delete env[k];
+  }
+  const child = spawn(process.execPath, [nodeletBin, ...args], { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  return new NodeletProcess(child);
+}
+
+/** Runs nodelet to completion (for commands and for startups that must fail). */
+export async function runNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}) {
+  const p = startNodelet(args, opts);
+  const t = setTimeout(() => p.kill('SIGKILL'), opts.timeoutMs ?? 20_000);
+  const { code, signal } = await p.exited;
+  clearTimeout(t);
+  return { code, signal, stdout: p.stdout, stderr: p.stderr, records: p.records };
+}
+
+export function tempDir(prefix = 'nodelet-test-'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Polls `fn` until it returns a truthy value, or throws after timeoutMs. */
+export async function eventually<T>(fn: () => T | Promise<T>, timeoutMs = 10_000, everyMs = 100): Promise<NonNullable<T>> {
+  const end = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > end) throw new Error(`condition not met within ${timeoutMs}ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}

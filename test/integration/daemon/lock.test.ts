@@ -1,0 +1,108 @@
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { eventually, runNodelet, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+
+const started: NodeletProcess[] = [];
+afterEach(async () => {
+  for (const p of started.splice(0)) {
+    p.kill('SIGKILL');
+    await p.exited;
+  }
+});
+
+function nodelet(dir: string, lock: string, extra: string[] = []) {
+  const p = startNodelet(['--root-dir', path.join(dir, 'root'), '--lock-file', lock, '--healthz-port', '0', ...extra]);
+  started.push(p);
+  return p;
+}
+
+/** util-linux flock, non-blocking: true when the lock could be taken. */
+function flockFree(lock: string): boolean {
+  return spawnSync('flock', ['-n', lock, 'true']).status === 0;
+}
+
+describe('lock file', () => {
+  it('is held while nodelet runs and released by the kernel after kill -9', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const a = nodelet(dir, lock);
+    await a.waitForMsg(/nodelet is ready/);
+    expect(fs.statSync(lock).mode & 0o777).toBe(0o600);
+    expect(flockFree(lock)).toBe(false);
+    a.kill('SIGKILL');
+    await a.exited;
+    expect(flockFree(lock)).toBe(true);
+  });
+
+  it('a second nodelet waits, says who holds the lock, and starts when the first stops', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const a = nodelet(dir, lock);
+    await a.waitForMsg(/nodelet is ready/);
+    const b = nodelet(dir, lock);
+    const waiting = await b.waitForMsg(/waiting for lock file/);
+    expect(waiting.holders).toEqual([expect.stringContaining(`pid ${a.pid}`)]);
+    // B does not start its services while it waits.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(b.records.some((r) => /nodelet is ready/.test(r.msg))).toBe(false);
+    a.kill('SIGTERM');
+    expect((await a.exited).code).toBe(0);
+    await b.waitForMsg(/nodelet is ready/);
+    expect(flockFree(lock)).toBe(false);
+  });
+
+  it('waits for a lock held by util-linux flock (kubelet-compatible semantics)', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const { spawn } = await import('node:child_process');
+    const holder = spawn('flock', ['-o', lock, 'sleep', '30'], { stdio: 'ignore' });
+    await eventually(() => !flockFree(lock));
+    const a = nodelet(dir, lock);
+    await a.waitForMsg(/waiting for lock file/);
+    // -o: the lock is held by flock itself, not inherited by sleep, so killing flock frees it.
+    holder.kill('SIGKILL');
+    await a.waitForMsg(/nodelet is ready/);
+  });
+
+  it('--exit-on-lock-contention: the holder exits 0 when a successor waits, and the successor takes over', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const a = nodelet(dir, lock, ['--exit-on-lock-contention']);
+    await a.waitForMsg(/nodelet is ready/);
+    const b = nodelet(dir, lock);
+    const { code } = await a.exited;
+    expect(code).toBe(0);
+    expect(a.records.some((r) => /lock contention/.test(r.msg))).toBe(true);
+    await b.waitForMsg(/nodelet is ready/);
+  });
+
+  it('two agents with different lock paths do not see each other', async () => {
+    const dir = tempDir();
+    const a = nodelet(dir, path.join(dir, 'a.lock'));
+    const b = nodelet(dir, path.join(dir, 'b.lock'));
+    await Promise.all([a.waitForMsg(/nodelet is ready/), b.waitForMsg(/nodelet is ready/)]);
+  });
+
+  it('--exit-on-lock-contention without --lock-file is an error', async () => {
+    const dir = tempDir();
+    const r = await runNodelet(['--root-dir', path.join(dir, 'root'), '--exit-on-lock-contention', '--healthz-port', '0']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('--exit-on-lock-contention requires --lock-file');
+    expect(fs.existsSync(path.join(dir, 'root'))).toBe(false);
+  });
+
+  it('SIGTERM stops it with exit 0 and releases the lock', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const a = nodelet(dir, lock);
+    await a.waitForMsg(/nodelet is ready/);
+    const t0 = Date.now();
+    a.kill('SIGTERM');
+    expect((await a.exited).code).toBe(0);
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(flockFree(lock)).toBe(true);
+    expect(a.records.some((r) => r.msg === 'nodelet stopped')).toBe(true);
+  });
+});
