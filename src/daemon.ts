@@ -16,6 +16,16 @@ import type { NodeIdentity } from './node-identity.js';
 import { acquireLock, watchContention, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
+import { parseDuration } from './config/duration.js';
+import { CheckpointService } from './server/checkpoint.js';
+import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
+import { createNodeServer, createReadOnlyServer } from './server/https-server.js';
+import { loadOrCreateServingCert } from './server/tls.js';
+import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
+import { RuntimeHealth } from './runtime/health.js';
+import { CriPodRuntime } from './pods/cri-pod-runtime.js';
+import { PodManager } from './pods/manager.js';
+import { StaticPodSource } from './pods/static-source.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
 export interface NodeletFlags {
@@ -57,6 +67,9 @@ export class Daemon {
   readonly mode: Mode;
   #lock: LockHandle | undefined;
   #started: Service[] = [];
+  #auth: ServerAuth | undefined;
+  #runtimeHealth: RuntimeHealth | undefined;
+  #ready = false;
   #watchdog: WatchdogLoop | undefined;
   #contention: { stop(): void } | undefined;
   #stopping: Promise<void> | undefined;
@@ -108,6 +121,12 @@ export class Daemon {
         : 'starting nodelet in connected mode',
     );
     for (const w of loaded.warnings) this.#log.warn({ file: w.file, field: w.field }, `${w.file}: ${w.field}: ${w.message}`);
+    // Whatever can still be wrong with the input (client CA file, webhook modes without a
+    // control plane, endpoints) is found here, before the lock is taken or anything is written.
+    this.#auth = await buildServerAuth(cfg, { clock: this.#deps.clock });
+    parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
+    if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
+
     this.#notifier.status(`waiting for lock file ${flags.lockFile}`);
 
     this.#lock = await acquireLock(flags.lockFile, { logger: this.#log.child({ component: 'lock' }), signal });
@@ -130,14 +149,15 @@ export class Daemon {
     this.health.add(loop);
     this.#started.push({ name: 'eventloop-check', start: async () => {}, stop: async () => loop.stop() });
 
-    for (const svc of this.#buildServices()) {
+    for (const svc of await this.#buildServices()) {
       if (signal?.aborted) break;
       this.#log.debug({ service: svc.name }, 'starting service');
       await svc.start();
       this.#started.push(svc);
     }
 
-    const status = `${this.mode}; node ${identity.nodeName}; runtime ${cfg.containerRuntimeEndpoint}`;
+    this.#ready = true;
+    const status = this.#statusLine();
     this.#notifier.ready(status);
     this.#log.info({ status }, 'nodelet is ready');
 
@@ -154,9 +174,161 @@ export class Daemon {
     }
   }
 
-  #buildServices(): Service[] {
+  /** `STATUS=` for systemctl status: mode, node, runtime state. */
+  #statusLine(): string {
+    const { identity } = this.#deps;
+    const rt = this.#runtimeHealth?.state();
+    const endpoint = this.#deps.loaded.config.containerRuntimeEndpoint;
+    const runtime = !rt ? `runtime ${endpoint}` : rt.runtimeReady ? `runtime ${endpoint}: ${rt.runtimeName} ${rt.runtimeVersion} ready` : `runtime ${endpoint}: not ready (${rt.reason})`;
+    return `${this.mode}; node ${identity.nodeName}; ${runtime}; ${this.#pods?.listPods().length ?? 0} pods`;
+  }
+
+  #pods: PodManager | undefined;
+
+  async #buildServices(): Promise<Service[]> {
+    const { flags, identity } = this.#deps;
     const cfg = this.#deps.loaded.config;
+    const log = this.#log;
     const services: Service[] = [];
+    const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
+
+    // The container runtime: a client that never fails at construction (the socket may
+    // appear later), and a health loop that reports it and recovers by itself.
+    const cri = createCriClient({
+      runtimeEndpoint: cfg.containerRuntimeEndpoint,
+      ...(cfg.imageServiceEndpoint ? { imageEndpoint: cfg.imageServiceEndpoint } : {}),
+      requestTimeoutMs,
+      logger: log,
+    });
+    const health = new RuntimeHealth({
+      runtime: cri,
+      clock: this.#deps.clock,
+      logger: log.child({ component: 'runtime-health' }),
+      endpoint: cfg.containerRuntimeEndpoint,
+      onChange: () => {
+        if (this.#ready) this.#notifier.status(this.#statusLine());
+      },
+    });
+    this.#runtimeHealth = health;
+    services.push({
+      name: 'runtime-health',
+      start: async () => {
+        log.info({ endpoint: cfg.containerRuntimeEndpoint, imageEndpoint: cfg.imageServiceEndpoint ?? cfg.containerRuntimeEndpoint }, `container runtime endpoint ${cfg.containerRuntimeEndpoint}`);
+        await health.syncOnce();
+        health.start();
+      },
+      stop: async () => {
+        await health.stop();
+        cri.close();
+      },
+    });
+
+    // Pods: the manager (one worker per pod), fed by the static pod source.
+    const podRuntime = new CriPodRuntime({
+      cri,
+      rootDir: flags.rootDir,
+      podLogsDir: cfg.podLogsDir,
+      seccompDefault: cfg.seccompDefault,
+      ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
+      ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
+    });
+    const pods = new PodManager({
+      runtime: podRuntime,
+      logger: log.child({ component: 'pods' }),
+      clock: this.#deps.clock,
+      serializeImagePulls: cfg.serializeImagePulls,
+      ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+    });
+    this.#pods = pods;
+    this.health.add(pods.healthCheck());
+    services.push({
+      name: 'pods',
+      start: async () => {
+        await podRuntime.init();
+        pods.start();
+      },
+      stop: () => pods.stop(),
+    });
+    if (cfg.staticPodPath) {
+      const source = new StaticPodSource({
+        dir: cfg.staticPodPath,
+        nodeName: identity.nodeName,
+        logger: log.child({ component: 'static-pods' }),
+        onChange: (list) => {
+          log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
+          pods.setDesired(list);
+          if (this.#ready) this.#notifier.status(this.#statusLine());
+        },
+      });
+      services.push({
+        name: 'static-pods',
+        start: async () => {
+          await source.start();
+          pods.setSourcesReady();
+        },
+        stop: async () => source.stop(),
+      });
+    } else {
+      log.info('no staticPodPath: no static pods');
+      services.push({ name: 'pod-sources', start: async () => pods.setSourcesReady(), stop: async () => undefined });
+    }
+
+    if (cfg.readOnlyPort !== 0) {
+      const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });
+      services.push({
+        name: 'read-only-server',
+        start: async () => {
+          const a = await ro.start();
+          log.info({ address: a.address, port: a.port }, `read-only server listening on http://${a.address}:${a.port} (/pods, /healthz)`);
+        },
+        stop: () => ro.stop(),
+      });
+    }
+
+    // The HTTPS server: serving certificate (given, or self-signed in --cert-dir), authn/authz, checkpoints.
+    const auth = this.#auth!;
+    services.push(
+      this.#lazyService('https-server', async () => {
+        const cert = await loadOrCreateServingCert({
+          ...(cfg.tlsCertFile ? { certFile: cfg.tlsCertFile } : {}),
+          ...(cfg.tlsPrivateKeyFile ? { keyFile: cfg.tlsPrivateKeyFile } : {}),
+          certDir: flags.certDir,
+          hostname: identity.nodeName,
+          ips: identity.ips,
+          logger: log,
+        });
+        const checkpoints = checkpointsEnabled(cfg)
+          ? new CheckpointService({
+              rootDir: flags.rootDir,
+              runtime: cri,
+              pods,
+              runtimeRequestTimeoutMs: requestTimeoutMs,
+              ...(flags.checkpointRetention !== undefined ? { retention: flags.checkpointRetention } : {}),
+              clock: this.#deps.clock,
+              logger: log,
+            })
+          : undefined;
+        const server = createNodeServer({
+          address: cfg.address,
+          port: cfg.port,
+          tls: { cert: cert.cert, key: cert.key, ...(auth.clientCA !== undefined ? { clientCA: auth.clientCA } : {}) },
+          authenticator: auth.authenticator,
+          authorizer: auth.authorizer,
+          nodeName: identity.nodeName,
+          health: this.health,
+          pods,
+          ...(checkpoints ? { checkpoints } : {}),
+          logger: log,
+        });
+        const a = await server.start();
+        log.info(
+          { address: a.address, port: a.port, certFile: cert.certFile, checkpoints: !!checkpoints, authorization: cfg.authorization.mode },
+          `HTTPS server listening on https://${a.address}:${a.port}${checkpoints ? ' (POST /checkpoint enabled)' : ''}`,
+        );
+        return () => server.stop();
+      }),
+    );
+
     if (cfg.healthzPort !== 0) {
       const server = new HealthzServer({ host: cfg.healthzBindAddress, port: cfg.healthzPort, health: this.health });
       services.push({
@@ -171,6 +343,20 @@ export class Daemon {
       this.#log.info('healthz server disabled (healthzPort: 0)');
     }
     return services;
+  }
+
+  /** A service whose start builds it and returns its stop. */
+  #lazyService(name: string, start: () => Promise<() => Promise<void>>): Service {
+    let stop: (() => Promise<void>) | undefined;
+    return {
+      name,
+      start: async () => {
+        stop = await start();
+      },
+      stop: async () => {
+        await stop?.();
+      },
+    };
   }
 
   /** Stops everything in reverse order of start, each bounded; releases the lock last. Idempotent. */

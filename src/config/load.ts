@@ -26,6 +26,14 @@ export interface LoadConfigOptions {
 
 const DROP_IN_SUFFIX = '.conf';
 
+/** Origin shown by `config view --show-origin` for the kubelet's no-`--config` defaults. */
+export const LEGACY_FLAG_DEFAULTS = 'default (no --config)';
+const LEGACY_DEFAULTS = {
+  authentication: { anonymous: { enabled: true }, webhook: { enabled: false } },
+  authorization: { mode: 'AlwaysAllow' },
+  readOnlyPort: 10255,
+};
+
 function byteOrder(a: string, b: string): number {
   return Buffer.compare(Buffer.from(a), Buffer.from(b));
 }
@@ -124,7 +132,13 @@ export async function loadConfig(opts: LoadConfigOptions = {}): Promise<LoadedCo
   const problems: ConfigProblem[] = [];
   const sources: string[] = [];
   const layers: ConfigLayer[] = [];
-  if (opts.configFile !== undefined) {
+  if (opts.configFile === undefined) {
+    // The kubelet's legacy command-line defaults (cmd/kubelet applyLegacyDefaults): without
+    // --config, a kubelet started with flags only serves anonymous, AlwaysAllow requests
+    // and the read-only port, and never asks a webhook. With --config, the v1beta1
+    // defaults (webhook authn + Webhook authz, no read-only port) apply instead.
+    layers.push({ origin: LEGACY_FLAG_DEFAULTS, doc: LEGACY_DEFAULTS, requireHeader: false });
+  } else {
     const layer = await readLayer(path.resolve(opts.configFile), '--config file', problems, sources);
     if (layer) layers.push(layer);
   }

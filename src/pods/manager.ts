@@ -88,6 +88,7 @@ export class PodManager {
   #loop: Promise<void> | undefined;
   #lastTurn = 0;
   #lastError = '';
+  #sourcesReady = false;
 
   constructor(o: PodManagerOptions) {
     this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, ...o };
@@ -114,6 +115,17 @@ export class PodManager {
         this.#workers.set(uid, new PodWorker(pod));
       }
     }
+    void this.syncOnce().catch(() => undefined);
+  }
+
+  /**
+   * Every pod source has delivered its first full set: from now on, runtime pods that no
+   * source wants are removed. Before it, a restarted nodelet would kill the pods it is about
+   * to adopt.
+   */
+  setSourcesReady(): void {
+    if (this.#sourcesReady) return;
+    this.#sourcesReady = true;
     void this.syncOnce().catch(() => undefined);
   }
 
@@ -158,6 +170,8 @@ export class PodManager {
       this.#lastTurn = this.#o.clock.now();
     }
     const jobs: Promise<void>[] = [];
+    // A desired pod whose old worker finished terminating (same UID wanted again) gets a new one.
+    for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid)) this.#workers.set(uid, new PodWorker(pod));
     for (const [uid, w] of this.#workers) {
       if (this.#desired.has(uid) && !w.terminating) jobs.push(w.request(() => this.#sync(w)));
     }
@@ -171,6 +185,9 @@ export class PodManager {
     }
     for (const obs of all) {
       if (this.#desired.has(obs.uid) || this.#workers.has(obs.uid)) continue;
+      // Until every pod source has delivered its first set, a runtime pod nobody asked for
+      // yet may be one a source is about to ask for (the kubelet's sourcesReady): keep it.
+      if (!this.#sourcesReady) continue;
       const w = new PodWorker({ metadata: { name: obs.name, namespace: obs.namespace, uid: obs.uid } });
       w.terminating = true;
       this.#workers.set(obs.uid, w);

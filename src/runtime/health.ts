@@ -115,6 +115,8 @@ export interface RuntimeHealthOptions {
   /** Retry backoff while it does not: base doubling to max. */
   backoffBaseMs?: number;
   backoffMaxMs?: number;
+  /** Named in the log lines (the configured endpoint). */
+  endpoint?: string;
   /** Called after a check that changed the state (not for lastChecked alone). Errors are logged, never thrown. */
   onChange?: (state: RuntimeState, previous: RuntimeState) => void;
 }
@@ -124,7 +126,7 @@ export class RuntimeHealth {
   #failures = 0;
   #abort: AbortController | undefined;
   #loop: Promise<void> | undefined;
-  readonly #o: Required<Omit<RuntimeHealthOptions, 'onChange' | 'logger'>> & Pick<RuntimeHealthOptions, 'onChange'>;
+  readonly #o: Required<Omit<RuntimeHealthOptions, 'onChange' | 'logger' | 'endpoint'>> & Pick<RuntimeHealthOptions, 'onChange' | 'endpoint'>;
   readonly #log: Logger;
 
   constructor(o: RuntimeHealthOptions) {
@@ -157,9 +159,12 @@ export class RuntimeHealth {
     const prev = this.#state;
     this.#state = Object.freeze(next);
     if (!sameState(prev, next)) {
-      const fields = { runtimeReady: next.runtimeReady, networkReady: next.networkReady, reason: next.reason, message: next.message };
-      if (next.runtimeReady) this.#log.info(fields, 'container runtime state changed');
-      else this.#log.warn(fields, 'container runtime state changed');
+      const fields = { runtimeReady: next.runtimeReady, networkReady: next.networkReady, reason: next.reason, message: next.message, runtime: next.runtimeName, version: next.runtimeVersion };
+      const which = this.#o.endpoint ? `container runtime ${this.#o.endpoint}` : 'container runtime';
+      if (next.runtimeReady) {
+        const network = next.networkReady ? '' : ` (network not ready: ${next.networkReason ?? next.reason}; hostNetwork pods still run)`;
+        this.#log.info(fields, `${which} is ready: ${next.runtimeName} ${next.runtimeVersion}${network}`);
+      } else this.#log.warn(fields, `${which} is not ready: ${next.message}`);
       try {
         this.#o.onChange?.(next, prev);
       } catch (err) {

@@ -30,9 +30,23 @@ export function testDropIn(extraArgs: string[] = []): string {
   ].join('\n');
 }
 
-/** A minimal valid KubeletConfiguration (YAML), plus the given extra top-level lines. */
+/**
+ * A minimal valid standalone KubeletConfiguration (YAML), plus the given extra top-level
+ * lines. Standalone (no kubeconfig), the v1beta1 defaults (webhook authentication and
+ * authorization) cannot work, so it says AlwaysAllow without webhook, as config.example.yaml.
+ */
 export function testConfig(extraLines: string[] = []): string {
-  return ['apiVersion: kubelet.config.k8s.io/v1beta1', 'kind: KubeletConfiguration', ...extraLines, ''].join('\n');
+  return [
+    'apiVersion: kubelet.config.k8s.io/v1beta1',
+    'kind: KubeletConfiguration',
+    'authentication:',
+    '  webhook:',
+    '    enabled: false',
+    'authorization:',
+    '  mode: AlwaysAllow',
+    ...extraLines,
+    '',
+  ].join('\n');
 }
 
 export interface InstallOptions {

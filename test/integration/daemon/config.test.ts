@@ -60,6 +60,42 @@ describe('nodelet config view', () => {
   });
 });
 
+describe('defaults with and without --config, as the kubelet', () => {
+  it('without --config: the legacy flag defaults (anonymous, no webhook, AlwaysAllow, read-only port 10255)', async () => {
+    const r = await runNodelet(['config', 'view', '--show-origin']);
+    expect(r.code).toBe(0);
+    const doc = parse(r.stdout);
+    expect(doc.authentication.anonymous.enabled).toBe(true);
+    expect(doc.authentication.webhook.enabled).toBe(false);
+    expect(doc.authorization.mode).toBe('AlwaysAllow');
+    expect(doc.readOnlyPort).toBe(10255);
+    expect(r.stdout).toContain('mode: AlwaysAllow # default (no --config)');
+  });
+
+  it('with --config: the v1beta1 defaults (webhook authentication, Webhook authorization, no read-only port)', async () => {
+    const dir = tempDir();
+    const file = path.join(dir, 'kubelet.yaml');
+    fs.writeFileSync(file, 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n');
+    const r = await runNodelet(['config', 'view', '--config', file]);
+    const doc = parse(r.stdout);
+    expect(doc.authentication.anonymous.enabled).toBe(false);
+    expect(doc.authentication.webhook.enabled).toBe(true);
+    expect(doc.authorization.mode).toBe('Webhook');
+    expect(doc.readOnlyPort).toBe(0);
+  });
+
+  it('a standalone nodelet with a config that asks for Webhook authorization stops before the lock, saying why', async () => {
+    const dir = tempDir();
+    const file = path.join(dir, 'kubelet.yaml');
+    fs.writeFileSync(file, 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nauthentication:\n  webhook:\n    enabled: false\n');
+    const r = await runNodelet(['--config', file, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock')]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/authorization\.mode is Webhook but nodelet runs standalone/);
+    expect(fs.existsSync(path.join(dir, 'lock'))).toBe(false);
+    expect(fs.existsSync(path.join(dir, 'root'))).toBe(false);
+  });
+});
+
 describe('an invalid configuration stops nodelet before anything is touched', () => {
   const header = 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n';
   const cases: { name: string; main: string; dropIn?: string; expect: (f: { main: string; dropIn: string }) => RegExp[] }[] = [

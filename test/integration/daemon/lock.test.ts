@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { eventually, runNodelet, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, freePort, runNodelet, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
 
 const started: NodeletProcess[] = [];
 afterEach(async () => {
@@ -12,8 +12,10 @@ afterEach(async () => {
   }
 });
 
-function nodelet(dir: string, lock: string, extra: string[] = []) {
-  const p = startNodelet(['--root-dir', path.join(dir, 'root'), '--lock-file', lock, '--healthz-port', '0', ...extra]);
+/** A nodelet of its own: own root dir and lock, its own HTTPS port, no healthz or read-only port. */
+async function nodelet(dir: string, lock: string, extra: string[] = []) {
+  const port = String(await freePort());
+  const p = startNodelet(['--root-dir', path.join(dir, 'root'), '--lock-file', lock, '--healthz-port', '0', '--read-only-port', '0', '--port', port, ...extra]);
   started.push(p);
   return p;
 }
@@ -27,7 +29,7 @@ describe('lock file', () => {
   it('is held while nodelet runs and released by the kernel after kill -9', async () => {
     const dir = tempDir();
     const lock = path.join(dir, 'kubelet.lock');
-    const a = nodelet(dir, lock);
+    const a = await nodelet(dir, lock);
     await a.waitForMsg(/nodelet is ready/);
     expect(fs.statSync(lock).mode & 0o777).toBe(0o600);
     expect(flockFree(lock)).toBe(false);
@@ -39,9 +41,9 @@ describe('lock file', () => {
   it('a second nodelet waits, says who holds the lock, and starts when the first stops', async () => {
     const dir = tempDir();
     const lock = path.join(dir, 'kubelet.lock');
-    const a = nodelet(dir, lock);
+    const a = await nodelet(dir, lock);
     await a.waitForMsg(/nodelet is ready/);
-    const b = nodelet(dir, lock);
+    const b = await nodelet(dir, lock);
     const waiting = await b.waitForMsg(/waiting for lock file/);
     expect(waiting.holders).toEqual([expect.stringContaining(`pid ${a.pid}`)]);
     // B does not start its services while it waits.
@@ -59,7 +61,7 @@ describe('lock file', () => {
     const { spawn } = await import('node:child_process');
     const holder = spawn('flock', ['-o', lock, 'sleep', '30'], { stdio: 'ignore' });
     await eventually(() => !flockFree(lock));
-    const a = nodelet(dir, lock);
+    const a = await nodelet(dir, lock);
     await a.waitForMsg(/waiting for lock file/);
     // -o: the lock is held by flock itself, not inherited by sleep, so killing flock frees it.
     holder.kill('SIGKILL');
@@ -69,9 +71,9 @@ describe('lock file', () => {
   it('--exit-on-lock-contention: the holder exits 0 when a successor waits, and the successor takes over', async () => {
     const dir = tempDir();
     const lock = path.join(dir, 'kubelet.lock');
-    const a = nodelet(dir, lock, ['--exit-on-lock-contention']);
+    const a = await nodelet(dir, lock, ['--exit-on-lock-contention']);
     await a.waitForMsg(/nodelet is ready/);
-    const b = nodelet(dir, lock);
+    const b = await nodelet(dir, lock);
     const { code } = await a.exited;
     expect(code).toBe(0);
     expect(a.records.some((r) => /lock contention/.test(r.msg))).toBe(true);
@@ -80,8 +82,8 @@ describe('lock file', () => {
 
   it('two agents with different lock paths do not see each other', async () => {
     const dir = tempDir();
-    const a = nodelet(dir, path.join(dir, 'a.lock'));
-    const b = nodelet(dir, path.join(dir, 'b.lock'));
+    const a = await nodelet(dir, path.join(dir, 'a.lock'));
+    const b = await nodelet(dir, path.join(dir, 'b.lock'));
     await Promise.all([a.waitForMsg(/nodelet is ready/), b.waitForMsg(/nodelet is ready/)]);
   });
 
@@ -96,7 +98,7 @@ describe('lock file', () => {
   it('SIGTERM stops it with exit 0 and releases the lock', async () => {
     const dir = tempDir();
     const lock = path.join(dir, 'kubelet.lock');
-    const a = nodelet(dir, lock);
+    const a = await nodelet(dir, lock);
     await a.waitForMsg(/nodelet is ready/);
     const t0 = Date.now();
     a.kill('SIGTERM');

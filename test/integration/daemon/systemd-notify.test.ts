@@ -16,7 +16,7 @@ async function startWithNotify(extraEnv: Record<string, string> = {}) {
   const port = await freePort();
   const lock = path.join(dir, 'kubelet.lock');
   const p: NodeletProcess = startNodelet(
-    ['--root-dir', path.join(dir, 'root'), '--lock-file', lock, '--healthz-port', String(port)],
+    ['--root-dir', path.join(dir, 'root'), '--lock-file', lock, '--healthz-port', String(port), '--read-only-port', '0', '--port', String(await freePort())],
     { env: { NOTIFY_SOCKET: sock.path, ...extraEnv } },
   );
   cleanup.push(async () => {
@@ -74,7 +74,7 @@ describe('systemd notifications', () => {
     expect((await p.exited).code).toBe(0);
 
     const dir = tempDir();
-    const q = startNodelet(['--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'l'), '--healthz-port', '0']);
+    const q = startNodelet(['--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'l'), '--healthz-port', '0', '--read-only-port', '0', '--port', String(await freePort())]);
     await q.waitForMsg(/nodelet is ready/);
     q.kill('SIGTERM');
     expect((await q.exited).code).toBe(0);

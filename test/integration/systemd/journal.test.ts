@@ -130,8 +130,14 @@ describe('journalctl -u nodelet', () => {
     for (const e of warning.filter((x) => !fromNodelet(x))) {
       expect({ pid: e._PID, id: e.SYSLOG_IDENTIFIER }).toEqual({ pid: '1', id: 'systemd' });
     }
-    // The text an operator reads (`-o cat`): nodelet's two warnings of the good run, then the error.
+    // The text an operator reads (`-o cat`) for the good run: exactly its warn records, in order,
+    // among them the two unknown fields and the runtime that is not there (no containerd in this box).
     const cat = await box.run(['journalctl', '--no-pager', '-p', 'warning', '-o', 'cat', '_SYSTEMD_UNIT=nodelet.service', `_PID=${runPid}`]);
-    expect(cat.split('\n').filter(Boolean).map((l) => (JSON.parse(l) as Rec).level)).toEqual(['warn', 'warn']);
+    const runAll = (await journal(box, ['-u', 'nodelet'])).filter((e) => e._PID === String(runPid)).map((e) => JSON.parse(messageText(e)) as Rec);
+    const warned = cat.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Rec);
+    expect(warned.map((r) => r.msg)).toEqual(runAll.filter((r) => r.level === 'warn' || r.level === 'error').map((r) => r.msg));
+    expect(warned.every((r) => r.level === 'warn')).toBe(true);
+    expect(warned.filter((r) => /unknownFieldForTest|longFieldForTest/.test(r.msg)).length).toBe(2);
+    expect(warned.some((r) => /container runtime unix:\/\/\/run\/containerd\/containerd\.sock is not ready/.test(r.msg))).toBe(true);
   });
 });

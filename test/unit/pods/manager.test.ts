@@ -158,14 +158,33 @@ describe('PodManager', () => {
     expect((await rt.listPods()).map((p) => p.uid)).toEqual(['u2']);
   });
 
-  it('removes runtime pods that no source wants (after a restart)', async () => {
+  it('removes runtime pods that no source wants (after a restart), once the sources are ready', async () => {
     const { rt, clock, m } = setup();
-    m.setDesired([mkPod('u1')]);
+    m.setDesired([mkPod('u1'), mkPod('u2')]);
     await m.syncOnce();
     const m2 = new PodManager({ runtime: rt, logger: silentLogger(), clock });
-    m2.setDesired([]);
+    // Before the sources delivered their first set, nothing is removed: u1 may be about to be asked for.
     await m2.syncOnce();
+    expect((await rt.listPods()).map((p) => p.uid).sort()).toEqual(['u1', 'u2']);
+    m2.setDesired([mkPod('u1')]);
+    m2.setSourcesReady();
+    await m2.syncOnce();
+    expect((await rt.listPods()).map((p) => p.uid)).toEqual(['u1']);
+    expect(rt.calls.filter((c) => c.startsWith('runSandbox')).length).toBe(2);
+  });
+
+  it('a pod removed and wanted again with the same UID is run again', async () => {
+    const { rt, m } = setup();
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    m.setDesired([]);
+    await m.syncOnce();
     expect(await rt.listPods()).toEqual([]);
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
   });
 
   it('a start error becomes the waiting reason, retried after a backoff', async () => {

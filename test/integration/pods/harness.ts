@@ -1,0 +1,137 @@
+/**
+ * A nodelet running standalone against a private containerd (its own base directory, so
+ * that tests may stop and start it and nodelet's orphan removal touches nothing else),
+ * with a static pod folder, a pod logs folder and the read-only port to read /pods.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
+import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
+import { ensureContainerd } from '../../helpers/containerd.js';
+import { eventually, freePort, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+
+/** Base directory of the containerd the pod tests own. */
+export const PODS_CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-pods';
+export const NODE_NAME = 'testnode';
+
+export interface PodNode {
+  dir: string;
+  manifests: string;
+  rootDir: string;
+  logsDir: string;
+  endpoint: string;
+  readOnlyPort: number;
+  cri: CriClient;
+  nodelet: NodeletProcess;
+  /** Starts nodelet again with the same files (after a kill). */
+  restart(): Promise<void>;
+  pods(): Promise<Pod[]>;
+  pod(name: string): Promise<Pod | undefined>;
+  writeManifest(file: string, pod: object): void;
+  close(): Promise<void>;
+}
+
+export async function startPodNode(): Promise<PodNode> {
+  const { endpoint } = await ensureContainerd({ dir: PODS_CONTAINERD_DIR });
+  const dir = tempDir('nodelet-pods-');
+  const manifests = path.join(dir, 'manifests');
+  const rootDir = path.join(dir, 'root');
+  const logsDir = path.join(dir, 'logs');
+  fs.mkdirSync(manifests);
+  const readOnlyPort = await freePort();
+  const port = await freePort();
+  const config = path.join(dir, 'kubelet.yaml');
+  fs.writeFileSync(
+    config,
+    [
+      'apiVersion: kubelet.config.k8s.io/v1beta1',
+      'kind: KubeletConfiguration',
+      `staticPodPath: ${manifests}`,
+      `containerRuntimeEndpoint: ${endpoint}`,
+      `podLogsDir: ${logsDir}`,
+      `readOnlyPort: ${readOnlyPort}`,
+      `port: ${port}`,
+      'address: 127.0.0.1',
+      'healthzPort: 0',
+      'authentication: {webhook: {enabled: false}, anonymous: {enabled: false}}',
+      'authorization: {mode: AlwaysAllow}',
+      '',
+    ].join('\n'),
+  );
+  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME];
+  const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+  const node: PodNode = {
+    dir,
+    manifests,
+    rootDir,
+    logsDir,
+    endpoint,
+    readOnlyPort,
+    cri,
+    nodelet: startNodelet(args),
+    async restart() {
+      node.nodelet = startNodelet(args);
+      await node.nodelet.waitForMsg(/nodelet is ready/, 30_000);
+    },
+    async pods() {
+      const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
+      if (res.status !== 200) throw new Error(`/pods answered ${res.status}`);
+      return ((await res.json()) as PodList).items;
+    },
+    async pod(name) {
+      return (await node.pods()).find((p) => p.metadata?.name === `${name}-${NODE_NAME}`);
+    },
+    writeManifest(file, pod) {
+      // Write then rename, as an operator's tooling should: the watcher never sees half a file.
+      const tmp = path.join(manifests, `.${file}.tmp`);
+      fs.writeFileSync(tmp, JSON.stringify(pod, null, 2));
+      fs.renameSync(tmp, path.join(manifests, file));
+    },
+    async close() {
+      // Remove every pod this node ran, then stop nodelet.
+      for (const f of fs.readdirSync(manifests)) fs.rmSync(path.join(manifests, f));
+      await eventually(async () => (await node.pods()).length === 0 && (await runtimePods(cri)).length === 0, 60_000).catch(() => undefined);
+      node.nodelet.kill('SIGTERM');
+      await node.nodelet.exited;
+      cri.close();
+    },
+  };
+  await node.nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  return node;
+}
+
+/** Sandboxes in the runtime carrying the kubelet's pod UID label. */
+export async function runtimePods(cri: CriClient) {
+  return (await cri.listPodSandbox()).filter((s) => s.labels['io.kubernetes.pod.uid']);
+}
+
+/** A busybox pod on the host network (no CNI on these machines). */
+export function busyboxPod(name: string, script: string, extra: { restartPolicy?: string; container?: object; spec?: object } = {}): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, labels: { test: name } },
+    spec: {
+      hostNetwork: true,
+      terminationGracePeriodSeconds: 2,
+      ...(extra.restartPolicy ? { restartPolicy: extra.restartPolicy } : {}),
+      containers: [
+        {
+          name: 'main',
+          image: 'docker.io/local/busybox:latest',
+          imagePullPolicy: 'IfNotPresent',
+          command: ['/bin/sh', '-c', script],
+          ...extra.container,
+        },
+      ],
+      ...extra.spec,
+    },
+  };
+}
+
+/** The container log file nodelet asked the runtime to write, for restart `n`. */
+export function containerLog(node: PodNode, pod: Pod, container: string, n = 0): string {
+  const m = pod.metadata!;
+  const file = path.join(node.logsDir, `${m.namespace}_${m.name}_${m.uid}`, container, `${n}.log`);
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
+}

@@ -1,0 +1,204 @@
+/**
+ * Static pods through CRI on a real containerd: run, edit, delete, crash-loop backoff,
+ * seccomp Localhost profiles. One nodelet for the file; each test removes its pods.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../../helpers/nodelet.js';
+import { busyboxPod, containerLog, NODE_NAME, runtimePods, startPodNode, type PodNode } from './harness.js';
+
+let node: PodNode;
+
+beforeAll(async () => {
+  node = await startPodNode();
+});
+
+afterAll(async () => {
+  await node?.close();
+});
+
+afterEach(async () => {
+  for (const f of fs.readdirSync(node.manifests)) fs.rmSync(path.join(node.manifests, f));
+  await eventually(async () => (await runtimePods(node.cri)).length === 0, 60_000);
+});
+
+async function running(name: string, timeoutMs = 30_000): Promise<Pod> {
+  return eventually(async () => {
+    const p = await node.pod(name);
+    return p?.status?.phase === 'Running' && p.status.containerStatuses?.every((c) => c.state?.running) ? p : undefined;
+  }, timeoutMs);
+}
+
+async function runtimeContainers(uid: string) {
+  return node.cri.listContainers({ labelSelector: { 'io.kubernetes.pod.uid': uid } });
+}
+
+describe('static pods on containerd', () => {
+  it('runs a pod from a manifest: sandbox and container carry the kubelet labels; command, args and env are used', async () => {
+    node.writeManifest(
+      'hello.yaml',
+      busyboxPod('hello', 'echo "$GREETING from $0 in $(pwd)"; sleep 3600', {
+        container: { args: ['nodelet'], env: [{ name: 'GREETING', value: 'hi' }], workingDir: '/tmp', resources: { limits: { cpu: '100m', memory: '32Mi' } } },
+      }),
+    );
+    const pod = await running('hello');
+    expect(pod.metadata).toMatchObject({ name: `hello-${NODE_NAME}`, namespace: 'default' });
+    expect(pod.metadata!.uid).toMatch(/^[0-9a-f]{32}$/);
+    const cs = pod.status!.containerStatuses![0]!;
+    expect(cs).toMatchObject({ name: 'main', ready: true, restartCount: 0 });
+    expect(cs.containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
+
+    const [sandbox] = await runtimePods(node.cri);
+    expect(sandbox!.labels).toMatchObject({ 'io.kubernetes.pod.name': `hello-${NODE_NAME}`, 'io.kubernetes.pod.namespace': 'default', 'io.kubernetes.pod.uid': pod.metadata!.uid, test: 'hello' });
+    const [container] = await runtimeContainers(pod.metadata!.uid!);
+    expect(container!.id).toBe(cs.containerID!.slice('containerd://'.length));
+    expect(container!.labels['io.kubernetes.container.name']).toBe('main');
+    expect(container!.annotations['io.kubernetes.container.restartCount']).toBe('0');
+    await eventually(() => containerLog(node, pod, 'main').includes('hi from nodelet in /tmp'), 10_000);
+  });
+
+  it('replaces the pod when its manifest is edited, and removes it when the manifest is deleted', async () => {
+    node.writeManifest('web.yaml', busyboxPod('web', 'echo v1; sleep 3600'));
+    const v1 = await running('web');
+    const v1Container = v1.status!.containerStatuses![0]!.containerID;
+
+    node.writeManifest('web.yaml', busyboxPod('web', 'echo v2; sleep 3600'));
+    const v2 = await eventually(async () => {
+      const p = await running('web');
+      return p.metadata!.uid !== v1.metadata!.uid ? p : undefined;
+    }, 40_000);
+    expect(v2.status!.containerStatuses![0]!.containerID).not.toBe(v1Container);
+    await eventually(async () => (await runtimeContainers(v1.metadata!.uid!)).length === 0, 30_000);
+    await eventually(() => containerLog(node, v2, 'main').includes('v2'), 10_000);
+    expect((await node.pods()).map((p) => p.metadata!.name)).toEqual([`web-${NODE_NAME}`]);
+
+    fs.rmSync(path.join(node.manifests, 'web.yaml'));
+    await eventually(async () => (await node.pods()).length === 0, 10_000);
+    await eventually(async () => (await runtimePods(node.cri)).length === 0 && (await runtimeContainers(v2.metadata!.uid!)).length === 0, 30_000);
+  });
+
+  it('skips a malformed manifest with a log naming the file and the reason; the other pods keep running', async () => {
+    node.writeManifest('good.yaml', busyboxPod('good', 'sleep 3600'));
+    const good = await running('good');
+    fs.writeFileSync(path.join(node.manifests, 'bad.yaml'), 'apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: x\n');
+    fs.writeFileSync(path.join(node.manifests, '.hidden.yaml'), 'not: a pod');
+    const rec = await node.nodelet.waitFor((r) => r.msg.includes('skipping static pod manifest') && String(r.file).endsWith('bad.yaml'));
+    expect(rec.msg).toContain('spec.containers[0].image: required');
+    expect(node.nodelet.records.some((r) => String(r.file ?? '').endsWith('.hidden.yaml'))).toBe(false);
+    await new Promise((r) => setTimeout(r, 1500));
+    const after = await running('good');
+    expect(after.status!.containerStatuses![0]!.containerID).toBe(good.status!.containerStatuses![0]!.containerID);
+    expect((await node.pods()).length).toBe(1);
+  });
+
+  it('backs a crashing container off with CrashLoopBackOff and a rising restart count', async () => {
+    node.writeManifest('crash.yaml', busyboxPod('crash', 'echo crashing; exit 3'));
+    const looping = await eventually(async () => {
+      const p = await node.pod('crash');
+      const cs = p?.status?.containerStatuses?.[0];
+      return cs?.state?.waiting?.reason === 'CrashLoopBackOff' && cs.restartCount >= 1 ? p : undefined;
+    }, 40_000);
+    const cs = looping.status!.containerStatuses![0]!;
+    expect(cs.lastState?.terminated).toMatchObject({ exitCode: 3, reason: 'Error' });
+    expect(cs.state!.waiting!.message).toMatch(/back-off \d+s restarting failed container=main/);
+    expect(looping.status!.phase).toBe('Running');
+    // The restart count keeps rising (the backoff after the second crash is 10 s).
+    await eventually(async () => ((await node.pod('crash'))?.status?.containerStatuses?.[0]?.restartCount ?? 0) > cs.restartCount, 45_000);
+    // One container per restart in the runtime, each with its restart count.
+    const counts = (await runtimeContainers(looping.metadata!.uid!)).map((c) => Number(c.annotations['io.kubernetes.container.restartCount']));
+    expect(new Set(counts).size).toBe(counts.length);
+  });
+
+  it('restartPolicy Never: a finished pod is Succeeded and its container is not restarted', async () => {
+    node.writeManifest('once.yaml', busyboxPod('once', 'echo done', { restartPolicy: 'Never' }));
+    const done = await eventually(async () => {
+      const p = await node.pod('once');
+      return p?.status?.phase === 'Succeeded' ? p : undefined;
+    }, 30_000);
+    expect(done.status!.containerStatuses![0]).toMatchObject({ restartCount: 0, state: { terminated: { exitCode: 0, reason: 'Completed' } } });
+    await new Promise((r) => setTimeout(r, 2000));
+    expect((await runtimeContainers(done.metadata!.uid!)).length).toBe(1);
+  });
+
+  it('runs init containers in order to completion before the containers', async () => {
+    node.writeManifest(
+      'init.yaml',
+      busyboxPod('init', 'cat /tmp/order 2>/dev/null; echo main-started; sleep 3600', {
+        spec: {
+          initContainers: [
+            { name: 'first', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', 'echo first; sleep 1'] },
+            { name: 'second', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', 'echo second'] },
+          ],
+        },
+      }),
+    );
+    const pod = await running('init');
+    const init = pod.status!.initContainerStatuses!;
+    expect(init.map((c) => [c.name, c.state?.terminated?.exitCode])).toEqual([
+      ['first', 0],
+      ['second', 0],
+    ]);
+    const first = new Date(init[0]!.state!.terminated!.finishedAt!).getTime();
+    const second = new Date(init[1]!.state!.terminated!.startedAt!).getTime();
+    expect(second).toBeGreaterThanOrEqual(first - 1000);
+    const mainStart = new Date(pod.status!.containerStatuses![0]!.state!.running!.startedAt!).getTime();
+    expect(mainStart).toBeGreaterThanOrEqual(new Date(init[1]!.state!.terminated!.finishedAt!).getTime() - 1000);
+  });
+});
+
+describe('seccomp Localhost profiles', () => {
+  it('a missing profile file leaves the container waiting with CreateContainerError naming the file', async () => {
+    node.writeManifest(
+      'nosuch.yaml',
+      busyboxPod('nosuch', 'sleep 3600', { container: { securityContext: { seccompProfile: { type: 'Localhost', localhostProfile: 'profiles/missing.json' } } } }),
+    );
+    const p = await eventually(async () => {
+      const pod = await node.pod('nosuch');
+      return pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'CreateContainerError' ? pod : undefined;
+    }, 30_000);
+    expect(p.status!.containerStatuses![0]!.state!.waiting!.message).toContain(path.join(node.rootDir, 'seccomp', 'profiles/missing.json'));
+    expect((await runtimeContainers(p.metadata!.uid!)).length).toBe(0);
+  });
+
+  it('an existing profile is enforced: a syscall it denies fails inside the container, the rest works', async () => {
+    const dir = path.join(node.rootDir, 'seccomp', 'profiles');
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(
+      path.join(dir, 'no-mkdir.json'),
+      JSON.stringify({ defaultAction: 'SCMP_ACT_ALLOW', syscalls: [{ names: ['mkdir', 'mkdirat'], action: 'SCMP_ACT_ERRNO', errnoRet: 1 }] }),
+    );
+    node.writeManifest(
+      'confined.yaml',
+      busyboxPod('confined', 'if mkdir /tmp/x; then echo mkdir-allowed; else echo mkdir-denied; fi; touch /tmp/y && echo touch-ok; sleep 3600', {
+        // The pod's setting, inherited by the container.
+        spec: { securityContext: { seccompProfile: { type: 'Localhost', localhostProfile: 'profiles/no-mkdir.json' } } },
+      }),
+    );
+    const pod = await running('confined');
+    const log = await eventually(() => {
+      const l = containerLog(node, pod, 'main');
+      return l.includes('touch-ok') ? l : undefined;
+    }, 10_000);
+    expect(log).toContain('mkdir-denied');
+    expect(log).not.toContain('mkdir-allowed');
+
+    // The same command without the profile can mkdir: the profile made the difference.
+    node.writeManifest('free.yaml', busyboxPod('free', 'if mkdir /tmp/x; then echo mkdir-allowed; else echo mkdir-denied; fi; sleep 3600'));
+    const free = await running('free');
+    expect(await eventually(() => containerLog(node, free, 'main').includes('mkdir-allowed'), 10_000)).toBe(true);
+  });
+
+  it('a profile of the wrong shape is refused before creation with CreateContainerError naming the file', async () => {
+    const dir = path.join(node.rootDir, 'seccomp');
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, 'notify.json'), JSON.stringify({ defaultAction: 'SCMP_ACT_NOTIFY' }));
+    node.writeManifest('badprofile.yaml', busyboxPod('badprofile', 'sleep 3600', { container: { securityContext: { seccompProfile: { type: 'Localhost', localhostProfile: 'notify.json' } } } }));
+    const p = await eventually(async () => {
+      const pod = await node.pod('badprofile');
+      return pod?.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'CreateContainerError' ? pod : undefined;
+    }, 30_000);
+    expect(p.status!.containerStatuses![0]!.state!.waiting!.message).toMatch(/notify\.json.*defaultAction: SCMP_ACT_NOTIFY cannot be the default action/);
+  });
+});

@@ -1,0 +1,111 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { describe, expect, it } from 'vitest';
+import { silentLogger } from '../../../src/log.js';
+import { podFromManifest, StaticPodSource } from '../../../src/pods/static-source.js';
+
+const yaml = (name: string, extra = '') => `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+spec:
+  containers:
+  - name: app
+    image: busybox${extra}
+`;
+
+describe('podFromManifest', () => {
+  it('names the pod <name>-<node>, defaults the namespace, derives the UID from content, node and file', () => {
+    const p = podFromManifest(yaml('web'), '/m/web.yaml', 'node1');
+    expect(p.metadata).toMatchObject({ name: 'web-node1', namespace: 'default', annotations: { 'kubernetes.io/config.source': 'file', 'kubernetes.io/config.hash': p.metadata!.uid } });
+    expect(p.metadata!.uid).toMatch(/^[0-9a-f]{32}$/);
+    expect(p.spec).toMatchObject({ nodeName: 'node1', restartPolicy: 'Always', terminationGracePeriodSeconds: 30 });
+    // No tag: Always, as the API server defaults it; a fixed tag: IfNotPresent.
+    expect(p.spec!.containers[0]!.imagePullPolicy).toBe('Always');
+    expect(podFromManifest(yaml('web', ':1.36'), '/m/web.yaml', 'node1').spec!.containers[0]!.imagePullPolicy).toBe('IfNotPresent');
+  });
+
+  it('same content, same UID (key order and comments do not matter); another content, node or file: another UID', () => {
+    const a = podFromManifest(yaml('web'), '/m/web.yaml', 'n').metadata!.uid;
+    const json = JSON.stringify({ spec: { containers: [{ image: 'busybox', name: 'app' }] }, metadata: { name: 'web' }, kind: 'Pod', apiVersion: 'v1' });
+    expect(podFromManifest(`# comment\n${yaml('web')}`, '/m/web.yaml', 'n').metadata!.uid).toBe(a);
+    expect(podFromManifest(json, '/m/web.yaml', 'n').metadata!.uid).toBe(a);
+    expect(podFromManifest(yaml('web', ':2'), '/m/web.yaml', 'n').metadata!.uid).not.toBe(a);
+    expect(podFromManifest(yaml('web'), '/m/web.yaml', 'other').metadata!.uid).not.toBe(a);
+    expect(podFromManifest(yaml('web'), '/m/web2.yaml', 'n').metadata!.uid).not.toBe(a);
+  });
+
+  it.each([
+    ['not YAML', 'a: [1', /cannot parse/],
+    ['a list', '- 1', /not a Pod manifest/],
+    ['wrong kind', 'apiVersion: v1\nkind: Deployment\nmetadata: {name: x}\nspec: {containers: [{name: a, image: b}]}', /kind: must be Pod/],
+    ['no name', 'apiVersion: v1\nkind: Pod\nspec: {containers: [{name: a, image: b}]}', /metadata\.name: required/],
+    ['no containers', 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: []}', /spec\.containers: must be a non-empty list/],
+    ['no image', 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: a}]}', /spec\.containers\[0\]\.image: required/],
+    ['duplicate names', 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {initContainers: [{name: a, image: b}], containers: [{name: a, image: b}]}', /duplicate container name "a"/],
+    ['bad restartPolicy', 'apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {restartPolicy: Sometimes, containers: [{name: a, image: b}]}', /spec\.restartPolicy/],
+  ])('%s: an error naming the file and the field', (_n, text, re) => {
+    expect(() => podFromManifest(text, '/m/bad.yaml', 'n')).toThrow(re);
+    expect(() => podFromManifest(text, '/m/bad.yaml', 'n')).toThrow(/^\/m\/bad\.yaml: /);
+  });
+});
+
+describe('StaticPodSource', () => {
+  function setup() {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'static-'));
+    const sets: Pod[][] = [];
+    const src = new StaticPodSource({ dir, nodeName: 'n', logger: silentLogger(), onChange: (p) => sets.push(p), rescanMs: 60_000 });
+    return { dir, sets, src };
+  }
+
+  it('delivers the first set (even empty), then only changes; dotfiles and directories are ignored', async () => {
+    const { dir, sets, src } = setup();
+    await src.scan();
+    expect(sets).toEqual([[]]);
+    fs.writeFileSync(path.join(dir, 'a.yaml'), yaml('a'));
+    fs.writeFileSync(path.join(dir, '.b.yaml'), yaml('b'));
+    fs.mkdirSync(path.join(dir, 'sub'));
+    await src.scan();
+    await src.scan();
+    expect(sets.length).toBe(2);
+    expect(sets[1]!.map((p) => p.metadata!.name)).toEqual(['a-n']);
+    fs.rmSync(path.join(dir, 'a.yaml'));
+    await src.scan();
+    expect(sets[2]).toEqual([]);
+  });
+
+  it('an edited file gives a new UID; a malformed file is skipped while the others stay', async () => {
+    const { dir, sets, src } = setup();
+    fs.writeFileSync(path.join(dir, 'a.yaml'), yaml('a'));
+    fs.writeFileSync(path.join(dir, 'b.yaml'), yaml('b'));
+    await src.scan();
+    const uidA = sets.at(-1)!.find((p) => p.metadata!.name === 'a-n')!.metadata!.uid;
+    fs.writeFileSync(path.join(dir, 'a.yaml'), yaml('a', ':2'));
+    fs.writeFileSync(path.join(dir, 'b.yaml'), 'garbage: [');
+    await src.scan();
+    const last = sets.at(-1)!;
+    expect(last.map((p) => p.metadata!.name)).toEqual(['a-n']);
+    expect(last[0]!.metadata!.uid).not.toBe(uidA);
+  });
+
+  it('two files defining the same pod: the first in lexical order wins', async () => {
+    const { dir, sets, src } = setup();
+    fs.writeFileSync(path.join(dir, '2.yaml'), yaml('same', ':2'));
+    fs.writeFileSync(path.join(dir, '1.yaml'), yaml('same', ':1'));
+    await src.scan();
+    expect(sets.at(-1)!.map((p) => p.spec!.containers[0]!.image)).toEqual(['busybox:1']);
+  });
+
+  it('a missing directory is no pods, and its later creation is noticed', async () => {
+    const { dir, sets, src } = setup();
+    fs.rmSync(dir, { recursive: true });
+    await src.scan();
+    expect(sets).toEqual([[]]);
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, 'a.json'), JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'a' }, spec: { containers: [{ name: 'c', image: 'i' }] } }));
+    await src.scan();
+    expect(sets.at(-1)!.map((p) => p.metadata!.name)).toEqual(['a-n']);
+  });
+});
