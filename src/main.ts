@@ -6,6 +6,7 @@
  * during start.
  */
 import path from 'node:path';
+import { inspectArchive } from './checkpoint/archive.js';
 import { Command, Option, type OptionValues } from 'commander';
 import { errorMessage, NodeletError } from './errors.js';
 import { createLogger, levelFromVerbosity, type Logger } from './log.js';
@@ -205,7 +206,41 @@ export function buildProgram(): Command {
   ).action(async (_opts, cmd: Command) => {
     process.exitCode = await configView(cmd);
   });
+
+  const checkpoint = program.command('checkpoint').description('work with checkpoint archives (POST /checkpoint writes them to <root-dir>/checkpoints)');
+  checkpoint
+    .command('inspect')
+    .description('print what a checkpoint archive is: pod, namespace, container, time, size, sha256, and its entries (streamed, never loaded whole)')
+    .argument('<archive>', 'path of a checkpoint-<pod>_<namespace>-<container>-<time>.tar archive')
+    .option('-o, --output <format>', 'text or json', 'text')
+    .action(async (archive: string, opts: { output: string }) => {
+      process.exitCode = await inspectCommand(archive, opts.output);
+    });
   return program;
+}
+
+async function inspectCommand(archive: string, output: string): Promise<number> {
+  if (output !== 'text' && output !== 'json') {
+    process.stderr.write(`nodelet: --output: "${output}" is not one of text, json\n`);
+    return 1;
+  }
+  try {
+    const d = await inspectArchive(archive);
+    if (output === 'json') {
+      process.stdout.write(`${JSON.stringify(d, null, 2)}\n`);
+      return 0;
+    }
+    const line = (k: string, v: unknown) => `${`${k}:`.padEnd(11)}${v ?? '(unknown)'}\n`;
+    let out = line('archive', d.path) + line('pod', d.pod) + line('namespace', d.namespace) + line('container', d.container) + line('time', d.time);
+    if (d.ambiguous) out += line('note', 'the file name reads several ways; pod/namespace/container are a best guess');
+    out += line('size', `${d.size} bytes`) + line('sha256', d.sha256) + `entries:   ${d.entries.length}\n`;
+    for (const e of d.entries) out += `  ${e.type.padEnd(9)} ${String(e.size).padStart(12)}  ${e.name}\n`;
+    process.stdout.write(out);
+    return 0;
+  } catch (err) {
+    process.stderr.write(`nodelet: checkpoint inspect: ${errorMessage(err)}\n`);
+    return 1;
+  }
 }
 
 await buildProgram().parseAsync(process.argv);

@@ -1,0 +1,132 @@
+/**
+ * The checkpoint endpoint through the whole daemon: the built nodelet runs a static pod on
+ * the test CRI server (which writes real tar archives), serves HTTPS with its self-signed
+ * certificate from --cert-dir, authenticates a client certificate against clientCAFile,
+ * writes 0600 archives, applies --checkpoint-retention, lists them on GET /checkpoints;
+ * `nodelet checkpoint inspect` reads one back.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { PodList } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
+import { eventually, freePort, runNodelet, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+import { request } from '../server/client.js';
+import { createTestCa, type Issued } from '../server/pki.js';
+
+let cri: FakeRuntime;
+let nodelet: NodeletProcess;
+let dir: string;
+let port: number;
+let serverCa: string;
+let client: Issued;
+
+beforeAll(async () => {
+  cri = await startFakeRuntime();
+  dir = tempDir();
+  const ca = await createTestCa();
+  client = await ca.issue({ cn: 'forensics', orgs: ['ops'] });
+  fs.writeFileSync(path.join(dir, 'ca.crt'), ca.cert);
+  fs.mkdirSync(path.join(dir, 'manifests'));
+  fs.writeFileSync(
+    path.join(dir, 'manifests', 'app.yaml'),
+    'apiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: shop}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}\n',
+  );
+  port = await freePort();
+  const readOnlyPort = await freePort();
+  fs.writeFileSync(
+    path.join(dir, 'kubelet.yaml'),
+    [
+      'apiVersion: kubelet.config.k8s.io/v1beta1',
+      'kind: KubeletConfiguration',
+      `containerRuntimeEndpoint: unix://${cri.socketPath}`,
+      `staticPodPath: ${path.join(dir, 'manifests')}`,
+      `podLogsDir: ${path.join(dir, 'logs')}`,
+      'address: 127.0.0.1',
+      `port: ${port}`,
+      `readOnlyPort: ${readOnlyPort}`,
+      'healthzPort: 0',
+      `authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
+      'authorization: {mode: AlwaysAllow}',
+      '',
+    ].join('\n'),
+  );
+  nodelet = startNodelet([
+    '--config', path.join(dir, 'kubelet.yaml'),
+    '--root-dir', path.join(dir, 'root'),
+    '--lock-file', path.join(dir, 'lock'),
+    '--hostname-override', 'n1',
+    '--checkpoint-retention', '2',
+  ]);
+  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  await eventually(async () => {
+    const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
+    return ((await res.json()) as PodList).items[0]?.status?.phase === 'Running';
+  }, 20_000);
+  serverCa = fs.readFileSync(path.join(dir, 'root', 'pki', 'kubelet.crt'), 'utf8');
+});
+
+afterAll(async () => {
+  nodelet?.kill('SIGTERM');
+  await nodelet?.exited;
+  await cri?.stop();
+});
+
+const url = (p: string) => `https://127.0.0.1:${port}${p}`;
+
+describe('POST /checkpoint through the daemon', () => {
+  it('serves with a self-signed certificate generated into <root-dir>/pki (key 0600), and refuses a client without a certificate', async () => {
+    expect(fs.statSync(path.join(dir, 'root', 'pki', 'kubelet.key')).mode & 0o777).toBe(0o600);
+    const r = await request(url('/checkpoint/shop/app-n1/web'), { method: 'POST', ca: serverCa });
+    expect(r.status).toBe(401);
+  });
+
+  it('writes 0600 tar archives, keeps the newest --checkpoint-retention of them, lists them, and inspect reads one', async () => {
+    const archives: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await request(url('/checkpoint/shop/app-n1/web'), { method: 'POST', ca: serverCa, cert: client.cert, key: client.key });
+      expect(r.status).toBe(200);
+      expect(r.headers['content-type']).toMatch(/^application\/json/);
+      const body = r.json() as { items: string[] };
+      expect(body.items).toHaveLength(1);
+      archives.push(body.items[0]!);
+      expect(path.dirname(body.items[0]!)).toBe(path.join(dir, 'root', 'checkpoints'));
+      expect(path.basename(body.items[0]!)).toMatch(/^checkpoint-app-n1_shop-web-\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)(-\d+)?\.tar$/);
+      expect(fs.statSync(body.items[0]!).mode & 0o777).toBe(0o600);
+    }
+    expect(new Set(archives).size).toBe(3);
+    expect(fs.statSync(path.join(dir, 'root', 'checkpoints')).mode & 0o777).toBe(0o700);
+    // Retention 2: the oldest is gone, the two newest stay.
+    await eventually(() => !fs.existsSync(archives[0]!), 5000);
+    expect(fs.existsSync(archives[1]!) && fs.existsSync(archives[2]!)).toBe(true);
+
+    const list = await request(url('/checkpoints'), { ca: serverCa, cert: client.cert, key: client.key });
+    expect(list.status).toBe(200);
+    const items = (list.json() as { items: { path: string; pod: string; namespace: string; container: string; sha256: string; size: number }[] }).items;
+    expect(items.map((i) => i.path).sort()).toEqual([archives[1], archives[2]].sort());
+    expect(items[0]).toMatchObject({ pod: 'app-n1', namespace: 'shop', container: 'web' });
+    expect(items[0]!.sha256).toMatch(/^[0-9a-f]{64}$/);
+
+    const text = await runNodelet(['checkpoint', 'inspect', archives[2]!]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/^pod:\s+app-n1$/m);
+    expect(text.stdout).toMatch(/^namespace:\s+shop$/m);
+    expect(text.stdout).toMatch(/^container:\s+web$/m);
+    const json = await runNodelet(['checkpoint', 'inspect', '-o', 'json', archives[2]!]);
+    const d = JSON.parse(json.stdout) as { sha256: string; size: number; entries: { name: string }[] };
+    expect(d.sha256).toBe(items.find((i) => i.path === archives[2])!.sha256);
+    expect(d.size).toBe(fs.statSync(archives[2]!).size);
+    expect(d.entries.length).toBeGreaterThan(0);
+  });
+
+  it('checkpoint inspect names the file it cannot read', async () => {
+    const bogus = path.join(dir, 'not-a-tar.tar');
+    fs.writeFileSync(bogus, 'hello');
+    const r = await runNodelet(['checkpoint', 'inspect', bogus]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(bogus);
+    const missing = await runNodelet(['checkpoint', 'inspect', path.join(dir, 'nope.tar')]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('nope.tar');
+  });
+});
