@@ -40,7 +40,11 @@ describe('systemctl start nodelet', () => {
     });
     expect(waiting).toMatchObject({ ActiveState: 'activating', SubState: 'start', StatusText: `waiting for lock file ${BOX_LOCK_FILE}` });
     // The waiter in /proc/locks is nodelet's flock(1) child, inside the unit's cgroup.
-    const waiters = (await lockState(box, BOX_LOCK_FILE)).waiters;
+    // (STATUS= is sent just before the child is spawned: wait for it to show.)
+    const waiters = await waitUntil('the waiter to show in /proc/locks', async () => {
+      const w = (await lockState(box, BOX_LOCK_FILE)).waiters;
+      return w.length > 0 ? w : undefined;
+    });
     expect(waiters).toHaveLength(1);
     const stat = (await box.exec(['cat', `/proc/${waiters[0]}/stat`])).stdout;
     expect(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])).toBe(Number(waiting.MainPID));
