@@ -27,15 +27,8 @@ import { createNodeServer } from '../src/server/https-server.js';
 import { loadOrCreateServingCert } from '../src/server/tls.js';
 import { startFakeRuntime } from '../test/cri/fake-runtime.js';
 import { createTestCa } from '../test/integration/server/pki.js';
+import { percentile, replaceNamedSection } from './sections.js';
 
-const START = '<!-- bench:checkpoint:start -->';
-const END = '<!-- bench:checkpoint:end -->';
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i]!;
-}
 
 function post(agent: https.Agent, port: number, p: string, tls: { ca: string }): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
@@ -52,12 +45,7 @@ function post(agent: https.Agent, port: number, p: string, tls: { ca: string }):
 
 /** Replaces (or appends) this benchmark's section of BENCHMARKS.md. */
 export function replaceSection(doc: string, section: string): string {
-  const block = `${START}\n${section.trim()}\n${END}`;
-  const s = doc.indexOf(START);
-  const e = doc.indexOf(END);
-  if (s >= 0 && e > s) return doc.slice(0, s) + block + doc.slice(e + END.length);
-  const head = doc.trim() ? `${doc.trimEnd()}\n\n` : '# Benchmarks\n\n';
-  return `${head}${block}\n`;
+  return replaceNamedSection(doc, 'checkpoint', section);
 }
 
 async function main(): Promise<void> {
