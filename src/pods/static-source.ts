@@ -100,7 +100,7 @@ export function podFromManifest(text: string, file: string, nodeName: string): P
   let doc: unknown;
   try {
     // YAML is a superset of JSON: one parser for both.
-    doc = parseYaml(text, { prettyErrors: true, uniqueKeys: true });
+    doc = parseYaml(text, { version: '1.1', prettyErrors: true, uniqueKeys: true });
   } catch (err) {
     throw new NodeletError('INVALID_ARGUMENT', `${file}: cannot parse: ${errorMessage(err).split('\n')[0]}`, { file });
   }
