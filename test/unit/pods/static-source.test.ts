@@ -37,6 +37,12 @@ describe('podFromManifest', () => {
     expect(podFromManifest(yaml('web'), '/m/web2.yaml', 'n').metadata!.uid).not.toBe(a);
   });
 
+  it('reads manifests as YAML 1.1, as Kubernetes does: an octal mode 0644 is 420', () => {
+    const text = `${yaml('vol')}  volumes:\n  - name: cfg\n    configMap: {name: c, defaultMode: 0644}\n`;
+    const p = podFromManifest(text, '/m/vol.yaml', 'n');
+    expect(p.spec!.volumes![0]!.configMap!.defaultMode).toBe(420);
+  });
+
   it.each([
     ['not YAML', 'a: [1', /cannot parse/],
     ['a list', '- 1', /not a Pod manifest/],
