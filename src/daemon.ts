@@ -13,7 +13,7 @@ import { HealthRegistry } from './health/checks.js';
 import { HealthzServer, eventLoopCheck } from './health/healthz-server.js';
 import type { Logger } from './log.js';
 import type { NodeIdentity } from './node-identity.js';
-import { acquireLock, watchContention, type LockHandle } from './system/lock.js';
+import { acquireLock, watchContention, type ContentionWatch, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
 import { parseDuration } from './config/duration.js';
@@ -71,7 +71,7 @@ export class Daemon {
   #runtimeHealth: RuntimeHealth | undefined;
   #ready = false;
   #watchdog: WatchdogLoop | undefined;
-  #contention: { stop(): void } | undefined;
+  #contention: ContentionWatch | undefined;
   #stopping: Promise<void> | undefined;
   readonly #done: Promise<string>;
   #finish!: (reason: string) => void;
@@ -134,7 +134,8 @@ export class Daemon {
       this.#contention = watchContention(this.#lock, (reason) => {
         this.#log.info({ lockFile: flags.lockFile }, `lock contention: ${reason}; exiting so the new agent can take over`);
         this.requestStop('lock contention');
-      });
+      }, { logger: this.#log.child({ component: 'lock' }) });
+      await this.#contention.ready;
     }
     fs.mkdirSync(flags.rootDir, { recursive: true, mode: 0o750 });
 

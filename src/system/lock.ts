@@ -147,7 +147,7 @@ function waitInChild(path: string, signal: AbortSignal | undefined): Promise<voi
       reject(new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`));
     };
     if (signal?.aborted) return reject(new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`));
-    const child = spawn('flock', ['--exclusive', path, 'true'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawnTied('flock', ['--exclusive', path, 'true']);
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -189,33 +189,72 @@ function makeHandle(path: string, fd: number, inode: number): LockHandle {
   };
 }
 
+/** Children nodelet starts for the lock die with it (prctl PR_SET_PDEATHSIG via util-linux setpriv), even on SIGKILL. */
+function spawnTied(cmd: string, args: string[]) {
+  return spawn('setpriv', ['--pdeathsig', 'KILL', '--', cmd, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+export interface ContentionWatch {
+  /** Resolves once the watch is in place (the inotify watch established, or known unavailable). */
+  readonly ready: Promise<void>;
+  stop(): void;
+}
+
 /**
- * --exit-on-lock-contention: calls `onContention(reason)` once when another process
- * waits for our lock (a "->" FLOCK entry on our inode in /proc/locks) or when the lock
- * file is deleted or replaced. The kubelet watches IN_OPEN with inotify; Node's fs.watch
- * cannot ask for IN_OPEN, so nodelet polls /proc/locks instead (every `intervalMs`). The
- * difference, written in the README: a process that only opens the file without asking
- * for the lock does not make nodelet exit; a successor agent always asks for it.
+ * --exit-on-lock-contention: calls `onContention(reason)` once when another process opens
+ * the lock file, waits for the lock, or deletes or replaces the file.
+ *
+ * As the kubelet: an inotify watch for IN_OPEN | IN_DELETE_SELF | IN_MOVE_SELF on the file
+ * (Node's fs.watch cannot ask for IN_OPEN, so it is `inotifywait` from inotify-tools, a child
+ * tied to nodelet's life). nodelet itself never opens the file again while it holds it.
+ * Always, and the only way when inotifywait is not installed: /proc/locks polled for a
+ * process waiting on our inode ("->" entries), and the path checked for our inode.
  */
-export function watchContention(handle: LockHandle, onContention: (reason: string) => void, intervalMs = 200): { stop(): void } {
+export function watchContention(handle: LockHandle, onContention: (reason: string) => void, opts: { logger: Logger; intervalMs?: number }): ContentionWatch {
   let done = false;
-  const timer = setInterval(() => {
+  const fire = (reason: string) => {
     if (done) return;
+    done = true;
+    clearInterval(timer);
+    child?.kill('SIGKILL');
+    onContention(reason);
+  };
+  const timer = setInterval(() => {
     const waiter = readProcLocks().find((e) => e.inode === handle.inode && e.waiting && e.pid !== process.pid);
-    let reason: string | undefined;
-    if (waiter) reason = `${describePid(waiter.pid)} is waiting for lock file ${handle.path}`;
-    else if (!handle.stillOwnsPath()) reason = `lock file ${handle.path} was deleted or replaced`;
-    if (reason) {
-      done = true;
-      clearInterval(timer);
-      onContention(reason);
-    }
-  }, intervalMs);
+    if (waiter) fire(`${describePid(waiter.pid)} is waiting for lock file ${handle.path}`);
+    else if (!handle.stillOwnsPath()) fire(`lock file ${handle.path} was deleted or replaced`);
+  }, opts.intervalMs ?? 200);
   timer.unref();
+
+  let child: ReturnType<typeof spawnTied> | undefined;
+  const ready = new Promise<void>((resolve) => {
+    const fallback = (why: string) => {
+      opts.logger.info({ lockFile: handle.path }, `${why}: lock contention is detected from waiters in /proc/locks only, not from a mere open of ${handle.path}`);
+      resolve();
+    };
+    child = spawnTied('inotifywait', ['-m', '-e', 'open', '-e', 'delete_self', '-e', 'move_self', '--format', '%e', handle.path]);
+    let err = '';
+    child.on('error', (e) => fallback(`cannot run inotifywait (${e.message})`));
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+      err += d;
+      if (err.includes('Watches established')) resolve();
+    });
+    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+      const event = d.trim().split('\n')[0];
+      fire(event?.includes('OPEN') ? `another process opened lock file ${handle.path}` : `lock file ${handle.path} was deleted or moved (${event})`);
+    });
+    child.on('exit', (code) => {
+      if (done) return;
+      // 127 from setpriv: inotifywait is not installed.
+      fallback(code === 127 ? 'inotifywait (inotify-tools) is not installed' : `inotifywait exited (${code}): ${err.trim().split('\n').pop() ?? ''}`);
+    });
+  });
   return {
+    ready,
     stop() {
       done = true;
       clearInterval(timer);
+      child?.kill('SIGKILL');
     },
   };
 }

@@ -80,6 +80,41 @@ describe('lock file', () => {
     await b.waitForMsg(/nodelet is ready/);
   });
 
+  it('--exit-on-lock-contention: a process that merely opens the lock file makes the holder exit 0 (inotify IN_OPEN, as the kubelet)', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const a = await nodelet(dir, lock, ['--exit-on-lock-contention']);
+    await a.waitForMsg(/nodelet is ready/);
+    // Reading our own /proc/locks or stat-ing the file is not contention.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(a.child.exitCode).toBeNull();
+    fs.closeSync(fs.openSync(lock, 'r'));
+    expect((await a.exited).code).toBe(0);
+    expect(a.records.find((r) => /lock contention/.test(r.msg))!.msg).toContain(`another process opened lock file ${lock}`);
+    expect(flockFree(lock)).toBe(true);
+  });
+
+  it('--exit-on-lock-contention without inotifywait: a waiting successor is still seen in /proc/locks', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    // A PATH with setpriv and flock but no inotifywait.
+    const bin = path.join(dir, 'bin');
+    fs.mkdirSync(bin);
+    for (const tool of ['setpriv', 'flock']) fs.symlinkSync(spawnSync('sh', ['-c', `command -v ${tool}`]).stdout.toString().trim(), path.join(bin, tool));
+    const port = String(await freePort());
+    const a = startNodelet(['--root-dir', path.join(dir, 'root'), '--lock-file', lock, '--healthz-port', '0', '--read-only-port', '0', '--port', port, '--exit-on-lock-contention'], { env: { PATH: bin } });
+    started.push(a);
+    await a.waitForMsg(/nodelet is ready/);
+    expect(a.records.some((r) => /inotifywait \(inotify-tools\) is not installed/.test(r.msg))).toBe(true);
+    fs.closeSync(fs.openSync(lock, 'r'));
+    await new Promise((r) => setTimeout(r, 600));
+    expect(a.child.exitCode).toBeNull();
+    const b = await nodelet(dir, lock);
+    expect((await a.exited).code).toBe(0);
+    expect(a.records.find((r) => /^lock contention: /.test(r.msg))!.msg).toMatch(/is waiting for lock file/);
+    await b.waitForMsg(/nodelet is ready/);
+  });
+
   it('two agents with different lock paths do not see each other', async () => {
     const dir = tempDir();
     const a = await nodelet(dir, path.join(dir, 'a.lock'));
