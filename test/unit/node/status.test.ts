@@ -1,0 +1,100 @@
+import { describe, expect, it } from 'vitest';
+import { nodeConditions, nodeStatus, readinessErrors, registrationNode, statusChanged, type NodeFacts } from '../../../src/node/status.js';
+import type { RuntimeState } from '../../../src/runtime/health.js';
+
+const ready: RuntimeState = { runtimeReady: true, networkReady: true, reason: 'ContainerRuntimeReady', message: 'ok', runtimeName: 'containerd', runtimeVersion: '1.6.20~ds1' };
+const noCni: RuntimeState = {
+  ...ready,
+  networkReady: false,
+  reason: 'NetworkPluginNotReady',
+  networkReason: 'NetworkPluginNotReady',
+  networkMessage: 'Network plugin returns error: cni plugin not initialized',
+};
+const down: RuntimeState = { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: 'container runtime is down', lastError: 'connect ENOENT /run/containerd/containerd.sock' };
+
+function facts(runtime: RuntimeState): NodeFacts {
+  return {
+    nodeName: 'n1',
+    hostname: 'n1.example',
+    ips: ['192.0.2.10'],
+    os: 'linux',
+    arch: 'amd64',
+    cpuCores: 2,
+    memoryBytes: 24 * 1024 ** 3,
+    maxPods: 110,
+    evictionHardMemoryBytes: 100 * 1024 ** 2,
+    kubeletPort: 10250,
+    kubeletVersion: 'v1.32.0-nodelet',
+    runtime,
+    info: { machineID: 'm', systemUUID: 's', bootID: 'b', kernelVersion: '6.1.0', osImage: 'Debian GNU/Linux 12 (bookworm)' },
+  };
+}
+
+describe('node conditions', () => {
+  it('pressure conditions first, Ready last, with the kubelet reasons', () => {
+    const c = nodeConditions(facts(ready), undefined, 't0');
+    expect(c.map((x) => [x.type, x.status, x.reason])).toEqual([
+      ['MemoryPressure', 'False', 'KubeletHasSufficientMemory'],
+      ['DiskPressure', 'False', 'KubeletHasNoDiskPressure'],
+      ['PIDPressure', 'False', 'KubeletHasSufficientPID'],
+      ['Ready', 'True', 'KubeletReady'],
+    ]);
+    expect(c[3]!.message).toBe('kubelet is posting ready status');
+  });
+
+  it.each([
+    ['runtime down', down, /^container runtime is down: connect ENOENT/],
+    ['network not ready (no CNI)', noCni, /^container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized$/],
+    ['not checked yet', { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeUnknown', message: '' } as RuntimeState, /status check may not have completed yet/],
+  ])('%s: Ready False, KubeletNotReady, with the reason', (_n, rt, re) => {
+    const r = nodeConditions(facts(rt), undefined, 't0').at(-1)!;
+    expect(r).toMatchObject({ type: 'Ready', status: 'False', reason: 'KubeletNotReady' });
+    expect(r.message).toMatch(re);
+    expect(readinessErrors(rt)).toHaveLength(1);
+  });
+
+  it('lastTransitionTime moves only when the status changes; lastHeartbeatTime on every report', () => {
+    const a = nodeConditions(facts(down), undefined, 't0');
+    const b = nodeConditions(facts(down), a, 't1');
+    expect(b.at(-1)).toMatchObject({ lastHeartbeatTime: 't1', lastTransitionTime: 't0' });
+    const c = nodeConditions(facts(ready), b, 't2');
+    expect(c.at(-1)).toMatchObject({ status: 'True', lastHeartbeatTime: 't2', lastTransitionTime: 't2' });
+    expect(c[0]).toMatchObject({ lastTransitionTime: 't0' });
+  });
+});
+
+describe('node status and registration', () => {
+  it('capacity, allocatable minus evictionHard memory, addresses, endpoints, info', () => {
+    const s = nodeStatus(facts(ready), undefined, 't0');
+    expect(s.capacity).toEqual({ cpu: '2', memory: `${24 * 1024 * 1024}Ki`, pods: '110' });
+    expect(s.allocatable).toEqual({ cpu: '2', memory: `${24 * 1024 * 1024 - 100 * 1024}Ki`, pods: '110' });
+    expect(s.addresses).toEqual([{ type: 'InternalIP', address: '192.0.2.10' }, { type: 'Hostname', address: 'n1.example' }]);
+    expect(s.daemonEndpoints).toEqual({ kubeletEndpoint: { Port: 10250 } });
+    expect(s.nodeInfo).toMatchObject({ containerRuntimeVersion: 'containerd://1.6.20~ds1', operatingSystem: 'linux', architecture: 'amd64', kubeletVersion: 'v1.32.0-nodelet' });
+  });
+
+  it('allocatable never goes below zero', () => {
+    const f = { ...facts(ready), memoryBytes: 50 * 1024 ** 2 };
+    expect(nodeStatus(f, undefined, 't').allocatable!.memory).toBe('0Ki');
+  });
+
+  it('registers with the preset labels', () => {
+    const n = registrationNode(facts(ready), 't0');
+    expect(n.metadata!.labels).toEqual({
+      'kubernetes.io/hostname': 'n1.example',
+      'kubernetes.io/os': 'linux',
+      'kubernetes.io/arch': 'amd64',
+      'beta.kubernetes.io/os': 'linux',
+      'beta.kubernetes.io/arch': 'amd64',
+    });
+    expect(n.status!.conditions!.at(-1)!.type).toBe('Ready');
+  });
+
+  it('a new heartbeat alone is no change; a condition or capacity change is', () => {
+    const a = nodeStatus(facts(ready), undefined, 't0');
+    expect(statusChanged(a, nodeStatus(facts(ready), a, 't1'))).toBe(false);
+    expect(statusChanged(a, nodeStatus(facts(noCni), a, 't1'))).toBe(true);
+    expect(statusChanged(a, nodeStatus({ ...facts(ready), maxPods: 50 }, a, 't1'))).toBe(true);
+    expect(statusChanged(undefined, a)).toBe(true);
+  });
+});
