@@ -1,0 +1,138 @@
+/**
+ * The node's heartbeat Lease (`coordination.k8s.io/v1`, `kube-node-lease/<node>`), renewed
+ * as the kubelet does: every 0.25 × leaseDurationSeconds (10 s for the default 40) with a
+ * little jitter; the cached lease is updated without a GET; a conflict or a missing lease
+ * falls back to get-or-create; failures retry with backoff 200 ms doubling to 7 s. The
+ * lease carries an ownerReference to the Node, so none is made before the Node exists.
+ *
+ * Contract: `syncOnce()` is one renewal (tests call it); `start`/`stop` run the loop. A
+ * control-plane fault never throws out of the loop: it is logged and retried.
+ */
+import type { Lease } from 'kubernetes-types/coordination/v1.js';
+import type { Node } from 'kubernetes-types/core/v1.js';
+import { backoffDelay, type Clock } from '../clock.js';
+import { NodeletError, errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+
+export const NODE_LEASE_NAMESPACE = 'kube-node-lease';
+
+/** What the renewer needs of the control plane. CONFLICT (stale resourceVersion) and NOT_FOUND are NodeletErrors. */
+export interface LeaseApi {
+  getNode(name: string): Promise<Node | undefined>;
+  getLease(namespace: string, name: string): Promise<Lease | undefined>;
+  createLease(lease: Lease): Promise<Lease>;
+  /** PUT with the lease's resourceVersion. */
+  updateLease(lease: Lease): Promise<Lease>;
+}
+
+export interface LeaseRenewerOptions {
+  api: LeaseApi;
+  nodeName: string;
+  leaseDurationSeconds: number;
+  clock: Clock;
+  logger: Logger;
+  rand?: () => number;
+}
+
+/** MicroTime: RFC 3339 with six fractional digits, as the API server writes it. */
+export function microTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+export class LeaseRenewer {
+  readonly #o: LeaseRenewerOptions;
+  #cached: Lease | undefined;
+  #failures = 0;
+  #lastRenew = 0;
+  #abort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+
+  constructor(o: LeaseRenewerOptions) {
+    this.#o = o;
+  }
+
+  /** Clock time of the last successful renewal (0: never). */
+  get lastRenew(): number {
+    return this.#lastRenew;
+  }
+
+  /** Delay before the next turn: the renew interval with ±4 % jitter, or the failure backoff. */
+  nextDelayMs(): number {
+    if (this.#failures > 0) return backoffDelay(this.#failures - 1, 200, 7_000);
+    return backoffDelay(0, this.#o.leaseDurationSeconds * 250, Number.MAX_SAFE_INTEGER, 0.04, this.#o.rand);
+  }
+
+  #spec(base: Lease): Lease {
+    return {
+      ...base,
+      spec: { ...base.spec, holderIdentity: this.#o.nodeName, leaseDurationSeconds: this.#o.leaseDurationSeconds, renewTime: microTime(this.#o.clock.now()) },
+    };
+  }
+
+  /** One renewal. Resolves true when the lease was written; never throws. */
+  async syncOnce(): Promise<boolean> {
+    const { api, nodeName } = this.#o;
+    const log = this.#o.logger;
+    try {
+      if (this.#cached) {
+        try {
+          this.#cached = await api.updateLease(this.#spec(this.#cached));
+          return this.#ok();
+        } catch (err) {
+          // Stale or gone: forget the cache and read again.
+          if (!(err instanceof NodeletError) || (err.code !== 'CONFLICT' && err.code !== 'NOT_FOUND')) throw err;
+          this.#cached = undefined;
+        }
+      }
+      const existing = await api.getLease(NODE_LEASE_NAMESPACE, nodeName);
+      if (existing) {
+        this.#cached = await api.updateLease(this.#spec(existing));
+        return this.#ok();
+      }
+      const node = await api.getNode(nodeName);
+      if (!node?.metadata?.uid) throw new NodeletError('NOT_FOUND', `node ${nodeName} is not registered yet; the lease waits for it`);
+      this.#cached = await api.createLease(
+        this.#spec({
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: {
+            name: nodeName,
+            namespace: NODE_LEASE_NAMESPACE,
+            ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: nodeName, uid: node.metadata.uid }],
+          },
+        }),
+      );
+      log.info({ lease: `${NODE_LEASE_NAMESPACE}/${nodeName}` }, 'created the node lease');
+      return this.#ok();
+    } catch (err) {
+      this.#failures++;
+      if (this.#failures === 1 || this.#failures % 10 === 0) log.warn({ err: errorMessage(err), failures: this.#failures }, `cannot renew the node lease: ${errorMessage(err)}`);
+      return false;
+    }
+  }
+
+  #ok(): true {
+    if (this.#failures > 0) this.#o.logger.info({ after: this.#failures }, 'node lease renewed again');
+    this.#failures = 0;
+    this.#lastRenew = this.#o.clock.now();
+    return true;
+  }
+
+  start(): void {
+    if (this.#loop) return;
+    const abort = new AbortController();
+    this.#abort = abort;
+    this.#loop = (async () => {
+      while (!abort.signal.aborted) {
+        await this.syncOnce();
+        await this.#o.clock.sleep(this.nextDelayMs(), abort.signal).catch(() => undefined);
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    await this.#loop;
+    this.#loop = undefined;
+  }
+}
