@@ -98,3 +98,22 @@ describe('node status and registration', () => {
     expect(statusChanged(undefined, a)).toBe(true);
   });
 });
+
+describe('machine facts', () => {
+  it('reads PRETTY_NAME from os-release, quoted or not', async () => {
+    const { prettyName } = await import('../../../src/node/facts.js');
+    expect(prettyName('NAME="Debian GNU/Linux"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n')).toBe('Debian GNU/Linux 12 (bookworm)');
+    expect(prettyName('PRETTY_NAME=Alpine\n')).toBe('Alpine');
+    expect(prettyName('ID=x\n')).toBe('');
+  });
+
+  it('this machine: linux, a GOARCH name, CPUs and memory, a boot ID', async () => {
+    const { readMachineFacts } = await import('../../../src/node/facts.js');
+    const f = readMachineFacts();
+    expect(f.os).toBe('linux');
+    expect(['amd64', 'arm64']).toContain(f.arch);
+    expect(f.cpuCores).toBeGreaterThan(0);
+    expect(f.memoryBytes).toBeGreaterThan(0);
+    expect(f.info.bootID).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
