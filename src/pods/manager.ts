@@ -47,6 +47,8 @@ class PodWorker {
   observed: ObservedPod | undefined;
   /** Reasons of failed starts, kept until the container starts or the backoff ends. */
   readonly errors = new Map<string, Waiting & { until: number; failures: number }>();
+  /** The last sandbox creation failure, kept until its backoff ends. */
+  sandboxError: { message: string; until: number; failures: number } | undefined;
   terminating = false;
   #queued = false;
   #running: Promise<void> | undefined;
@@ -212,8 +214,19 @@ export class PodManager {
       if (actions.killPod) await this.#killAll(observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
       let sandboxId = observed.sandboxes.find((s) => s.ready)?.id;
       if (actions.createSandbox) {
+        // A sandbox the runtime refuses (no CNI for a pod network, a missing pause image) is
+        // retried with the start-error backoff, not hammered on every relist.
+        const prev = w.sandboxError;
+        if (prev && now < prev.until) throw new NodeletError('UNAVAILABLE', prev.message, { reason: 'CreatePodSandboxError', quiet: true });
         log.info({ attempt: actions.createSandbox.attempt }, 'creating pod sandbox');
-        sandboxId = await rt.runSandbox(pod, actions.createSandbox.attempt);
+        try {
+          sandboxId = await rt.runSandbox(pod, actions.createSandbox.attempt);
+          w.sandboxError = undefined;
+        } catch (err) {
+          const failures = (prev?.failures ?? 0) + 1;
+          w.sandboxError = { message: errorMessage(err), failures, until: now + Math.min(START_ERROR_BACKOFF.maxMs, START_ERROR_BACKOFF.initialMs * 2 ** (failures - 1)) };
+          throw err;
+        }
       }
       for (const k of actions.kill) {
         log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
@@ -261,7 +274,8 @@ export class PodManager {
       w.status = status;
     } catch (err) {
       const msg = errorMessage(err);
-      log.warn({ err: msg }, `pod sync failed: ${msg}`);
+      const quiet = err instanceof NodeletError && err.details.quiet === true;
+      if (!quiet && w.status?.message !== msg) log.warn({ err: msg }, `pod sync failed: ${msg}`);
       w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
     }
   }

@@ -40,9 +40,11 @@ class MemRuntime implements PodRuntime {
       containers: [...this.containers.values()].filter((c) => c.uid === uid).map(({ uid: _u, ...c }) => c),
     };
   }
+  failSandbox: NodeletError | undefined;
   async runSandbox(pod: Pod, attempt: number) {
     const id = `s${++this.n}`;
     this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
+    if (this.failSandbox) throw this.failSandbox;
     this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace! });
     return id;
   }
@@ -183,6 +185,27 @@ describe('PodManager', () => {
     expect(await rt.listPods()).toEqual([]);
     m.setDesired([mkPod('u1')]);
     await m.syncOnce();
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+  });
+
+  it('a sandbox the runtime refuses is retried after a backoff, not on every relist', async () => {
+    const { rt, clock, m } = setup();
+    rt.failSandbox = new NodeletError('INTERNAL', 'failed to setup network for sandbox: cni plugin not initialized');
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    await m.syncOnce();
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('runSandbox'))).toHaveLength(1);
+    expect(m.listPods()[0]!.status).toMatchObject({ phase: 'Pending', reason: 'SyncError', message: expect.stringContaining('cni plugin not initialized') });
+    clock.t += 1_000;
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('runSandbox'))).toHaveLength(2);
+    clock.t += 1_000; // the second failure backs off 2 s
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('runSandbox'))).toHaveLength(2);
+    rt.failSandbox = undefined;
+    clock.t += 1_000;
     await m.syncOnce();
     expect(m.listPods()[0]!.status!.phase).toBe('Running');
   });
