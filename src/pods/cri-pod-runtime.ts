@@ -172,7 +172,7 @@ export class CriPodRuntime implements PodRuntime {
     await this.#o.cri.removePodSandbox(id);
   }
 
-  async ensureImage(_pod: Pod, c: Container): Promise<void> {
+  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<void> {
     const image = c.image!;
     const policy = c.imagePullPolicy ?? 'IfNotPresent';
     if (policy !== 'Always') {
@@ -188,7 +188,7 @@ export class CriPodRuntime implements PodRuntime {
       }
     }
     try {
-      await this.#o.cri.pullImage(image);
+      await gate(() => this.#o.cri.pullImage(image));
     } catch (err) {
       throw withReason(err, 'ErrImagePull', `failed to pull image "${image}"`);
     }

@@ -145,8 +145,13 @@ export class PodManager {
     return this.listPods().find((p) => p.metadata?.namespace === namespace && p.metadata?.name === name);
   }
 
-  /** The loop's own liveness: it turns (whatever the runtime answers). */
-  healthCheck(maxAgeMs = Math.max(30_000, this.#o.relistMs * 10)): HealthCheck {
+  /**
+   * The loop's own liveness: it turns (whatever the runtime answers). The threshold is the
+   * kubelet's PLEG relist threshold (3 min): longer than one CRI call may take
+   * (runtimeRequestTimeout, 2 min), so a slow runtime shows in the node's Ready condition
+   * and logs, and only a loop stuck beyond any deadline fails /healthz and the watchdog.
+   */
+  healthCheck(maxAgeMs = Math.max(180_000, this.#o.relistMs * 10)): HealthCheck {
     return {
       name: 'pod-workers',
       check: () => {
@@ -158,6 +163,15 @@ export class PodManager {
 
   /** One relist: sync every desired pod and terminate runtime pods nobody wants. */
   async syncOnce(): Promise<void> {
+    await Promise.all(await this.#relist());
+  }
+
+  /**
+   * Lists the runtime and hands each pod to its worker; resolves once the work is handed
+   * out, with the workers' promises. The loop does not wait for the workers: one pod's
+   * long image pull or slow stop never holds back the others or the relist.
+   */
+  async #relist(): Promise<Promise<void>[]> {
     let all: ObservedPod[];
     try {
       all = await this.#o.runtime.listPods();
@@ -167,7 +181,7 @@ export class PodManager {
       const msg = errorMessage(err);
       if (msg !== this.#lastError) this.#log.warn({ err: msg }, `cannot list pods from the runtime: ${msg}`);
       this.#lastError = msg;
-      return;
+      return [];
     } finally {
       this.#lastTurn = this.#o.clock.now();
     }
@@ -196,7 +210,7 @@ export class PodManager {
       this.#log.info({ pod: `${obs.namespace}/${obs.name}`, uid: obs.uid }, 'runtime pod has no desired pod; removing it');
       jobs.push(w.request(() => this.#terminate(obs.uid, w.pod, obs.gracePeriodSeconds ?? this.#o.defaultGracePeriodSeconds)));
     }
-    await Promise.all(jobs);
+    return jobs;
   }
 
   async #sync(w: PodWorker): Promise<void> {
@@ -240,8 +254,7 @@ export class PodManager {
           continue;
         }
         try {
-          const pull = () => rt.ensureImage(pod, spec);
-          await (this.#o.serializeImagePulls ? this.#pulls.run(pull) : pull());
+          await rt.ensureImage(pod, spec, this.#o.serializeImagePulls ? (pull) => this.#pulls.run(pull) : (pull) => pull());
           const id = await rt.startContainer({ pod, container: spec, sandboxId: sandboxId!, restartCount: s.restartCount, init: s.init });
           w.errors.delete(s.name);
           log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
@@ -310,7 +323,11 @@ export class PodManager {
     const signal = this.#ctl.signal;
     this.#loop = (async () => {
       while (!signal.aborted) {
-        await this.syncOnce().catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod relist failed'));
+        const jobs = await this.#relist().catch((err) => {
+          this.#log.error({ err: errorMessage(err) }, 'pod relist failed');
+          return [];
+        });
+        void Promise.all(jobs).catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod worker failed'));
         await this.#o.clock.sleep(this.#o.relistMs, signal).catch(() => undefined);
       }
     })();

@@ -24,8 +24,12 @@ export interface PodRuntime {
   runSandbox(pod: Pod, attempt: number): Promise<string>;
   stopSandbox(id: string): Promise<void>;
   removeSandbox(id: string): Promise<void>;
-  /** Makes the image present per imagePullPolicy; throws with reason ErrImagePull/ErrImageNeverPull. */
-  ensureImage(pod: Pod, container: Container): Promise<void>;
+  /**
+   * Makes the image present per imagePullPolicy; throws with reason
+   * ErrImagePull/ErrImageNeverPull. Only an actual pull goes through `gate` (the manager
+   * serializes pulls with it when serializeImagePulls): presence checks never wait.
+   */
+  ensureImage(pod: Pod, container: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<void>;
   /** Creates and starts a container; throws with reason CreateContainerConfigError/CreateContainerError/RunContainerError. */
   startContainer(spec: StartSpec): Promise<string>;
   stopContainer(id: string, gracePeriodSeconds: number): Promise<void>;

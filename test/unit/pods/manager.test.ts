@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { Clock } from '../../../src/clock.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
@@ -58,7 +58,23 @@ class MemRuntime implements PodRuntime {
     this.calls.push(`removeSandbox ${id}`);
     this.sandboxes.delete(id);
   }
-  async ensureImage() {}
+  present = new Set<string>(['busybox']);
+  pulls: { image: string; release: () => void }[] = [];
+  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>) {
+    if (this.present.has(c.image!)) return;
+    await gate(
+      () =>
+        new Promise<void>((resolve) =>
+          this.pulls.push({
+            image: c.image!,
+            release: () => {
+              this.present.add(c.image!);
+              resolve();
+            },
+          }),
+        ),
+    );
+  }
   async startContainer(s: StartSpec) {
     const err = this.failStart.get(s.container.name);
     if (err) throw err;
@@ -98,6 +114,49 @@ function setup() {
   const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, hostIP: '10.0.0.9' });
   return { clock, rt, m };
 }
+
+/** Real time, short sleeps: for the loop itself. */
+const fastClock: Clock = {
+  now: () => Date.now(),
+  sleep: (_ms, signal) =>
+    new Promise<void>((resolve, reject) => {
+      const t = setTimeout(resolve, 5);
+      signal?.addEventListener('abort', () => (clearTimeout(t), reject(signal.reason)), { once: true });
+    }),
+};
+
+async function until(fn: () => boolean): Promise<void> {
+  for (let i = 0; i < 400 && !fn(); i++) await new Promise((r) => setTimeout(r, 5));
+  expect(fn()).toBe(true);
+}
+
+describe('PodManager loop', () => {
+  it('a long image pull holds back neither other pods nor the relist; pulls themselves are serialized', async () => {
+    const rt = new MemRuntime(new ManualClock());
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock: fastClock, relistMs: 5, serializeImagePulls: true });
+    m.setSourcesReady();
+    const withImage = (uid: string, image: string): Pod => ({ ...mkPod(uid), spec: { ...mkPod(uid).spec!, containers: [{ name: 'app', image }] } });
+    m.start();
+    try {
+      m.setDesired([withImage('a', 'big:1')]);
+      await until(() => rt.pulls.length === 1);
+      m.setDesired([withImage('a', 'big:1'), withImage('b', 'busybox'), withImage('c', 'big:2')]);
+      await until(() => m.getPod('default', 'web-b')?.status?.phase === 'Running');
+      expect(m.healthCheck().check()).toBeUndefined();
+      // c's pull waits behind a's: one pull at a time.
+      expect(rt.pulls.map((p) => p.image)).toEqual(['big:1']);
+      expect(m.getPod('default', 'web-a')!.status!.phase).toBe('Pending');
+      rt.pulls[0]!.release();
+      await until(() => rt.pulls.length === 2);
+      expect(rt.pulls[1]!.image).toBe('big:2');
+      rt.pulls[1]!.release();
+      await until(() => m.listPods().every((p) => p.status?.phase === 'Running'));
+    } finally {
+      for (const p of rt.pulls) p.release();
+      await m.stop();
+    }
+  });
+});
 
 describe('PodManager', () => {
   it('runs a desired pod and reports it Running', async () => {
