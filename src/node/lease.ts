@@ -11,6 +11,7 @@
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
+import { PeriodicLoop } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 
@@ -44,11 +45,11 @@ export class LeaseRenewer {
   #cached: Lease | undefined;
   #failures = 0;
   #lastRenew = 0;
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop: PeriodicLoop;
 
   constructor(o: LeaseRenewerOptions) {
     this.#o = o;
+    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.nextDelayMs(), o.clock);
   }
 
   /** Clock time of the last successful renewal (0: never). */
@@ -119,20 +120,11 @@ export class LeaseRenewer {
   }
 
   start(): void {
-    if (this.#loop) return;
-    const abort = new AbortController();
-    this.#abort = abort;
-    this.#loop = (async () => {
-      while (!abort.signal.aborted) {
-        await this.syncOnce();
-        await this.#o.clock.sleep(this.nextDelayMs(), abort.signal).catch(() => undefined);
-      }
-    })();
+    this.#loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.#abort?.abort();
-    await this.#loop;
-    this.#loop = undefined;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
+
 }

@@ -11,6 +11,7 @@
  */
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
+import { PeriodicLoop } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { nodeStatus, registrationNode, statusChanged, type NodeFacts } from './status.js';
@@ -45,11 +46,11 @@ export class NodeReporter {
   #lastReport = 0;
   #startedAt = 0;
   #everReady = false;
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop: PeriodicLoop;
 
   constructor(o: NodeReporterOptions) {
     this.#o = o;
+    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.nextDelayMs(), o.clock);
   }
 
   get registered(): boolean {
@@ -105,21 +106,12 @@ export class NodeReporter {
   }
 
   start(): void {
-    if (this.#loop) return;
     this.#startedAt = this.#o.clock.now();
-    const abort = new AbortController();
-    this.#abort = abort;
-    this.#loop = (async () => {
-      while (!abort.signal.aborted) {
-        await this.syncOnce();
-        await this.#o.clock.sleep(this.nextDelayMs(), abort.signal).catch(() => undefined);
-      }
-    })();
+    this.#loop.start();
   }
 
-  async stop(): Promise<void> {
-    this.#abort?.abort();
-    await this.#loop;
-    this.#loop = undefined;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
+
 }

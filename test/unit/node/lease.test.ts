@@ -1,20 +1,10 @@
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import type { Clock } from '../../../src/clock.js';
+import { ManualClock } from '../../helpers/clock.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { LeaseRenewer, microTime, type LeaseApi } from '../../../src/node/lease.js';
-
-class ManualClock implements Clock {
-  constructor(public t = Date.UTC(2026, 10, 23, 2, 0, 0)) {}
-  now() {
-    return this.t;
-  }
-  sleep(_ms: number, signal?: AbortSignal) {
-    return new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
-  }
-}
 
 /** An in-memory lease store with resourceVersion checks, as the API server's. */
 class MemLeases implements LeaseApi {

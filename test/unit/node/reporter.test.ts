@@ -1,21 +1,11 @@
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import type { Clock } from '../../../src/clock.js';
+import { ManualClock } from '../../helpers/clock.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { NodeReporter, type NodeApi } from '../../../src/node/reporter.js';
 import type { NodeFacts } from '../../../src/node/status.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
-
-class ManualClock implements Clock {
-  constructor(public t = Date.UTC(2026, 10, 23, 2, 0, 0)) {}
-  now() {
-    return this.t;
-  }
-  sleep(_ms: number, signal?: AbortSignal) {
-    return new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
-  }
-}
 
 class MemNodes implements NodeApi {
   nodes = new Map<string, Node>();
