@@ -27,7 +27,7 @@ import { createNodeServer } from '../src/server/https-server.js';
 import { loadOrCreateServingCert } from '../src/server/tls.js';
 import { startFakeRuntime } from '../test/cri/fake-runtime.js';
 import { createTestCa } from '../test/integration/server/pki.js';
-import { percentile, replaceNamedSection } from './sections.js';
+import { ratioTable, replaceNamedSection } from './sections.js';
 
 
 function post(agent: https.Agent, port: number, p: string, tls: { ca: string }): Promise<{ status: number; body: string }> {
@@ -117,23 +117,13 @@ async function main(): Promise<void> {
         a.push(await direct());
       }
     }
-    a.sort((x, y) => x - y);
-    b.sort((x, y) => x - y);
-    const row = (p: number) => {
-      const d = percentile(a, p);
-      const h = percentile(b, p);
-      return `| p${p} | ${d.toFixed(2)} | ${h.toFixed(2)} | ${(h / d).toFixed(2)}× | +${(h - d).toFixed(2)} |`;
-    };
     const section = [
       '## Checkpoint endpoint overhead (`bench/checkpoint.ts`)',
       '',
       `Run ${new Date().toISOString()} on Node ${process.version}, ${os.cpus().length} CPUs (${os.cpus()[0]?.model.trim() ?? 'unknown'}), ${iterations} iterations each after ${warmup} warm-up, interleaved.`,
       'Direct = the CRI client calling the test CRI server\'s CheckpointContainer (writes a ~66 KiB tar). Nodelet = `POST /checkpoint/default/bench/app` over HTTPS with mTLS on a kept-alive connection, through authn, authz (AlwaysAllow), pod and runtime lookups, CRI call, archive verification and chmod, against the same CRI server.',
       '',
-      '| | direct CRI (ms) | through nodelet (ms) | ratio | added (ms) |',
-      '|---|---|---|---|---|',
-      row(50),
-      row(99),
+      ...ratioTable(a, b),
       '',
       'Reproduce: `npm run build && node dist/bench/checkpoint.js 200`.',
     ].join('\n');

@@ -22,7 +22,7 @@ import { CriPodRuntime } from '../src/pods/cri-pod-runtime.js';
 import { PodManager } from '../src/pods/manager.js';
 import { createCriClient, type CriClient } from '../src/runtime/cri-client.js';
 import type { ContainerConfig, PodSandboxConfig } from '../src/runtime/types.js';
-import { percentile, writeSection } from './sections.js';
+import { ratioTable, writeSection } from './sections.js';
 
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const IMAGE = 'docker.io/local/busybox:latest';
@@ -102,13 +102,6 @@ async function main(): Promise<void> {
         times.nodelet.push(n);
       }
     }
-    const sd = [...times.direct].sort((a, b) => a - b);
-    const sn = [...times.nodelet].sort((a, b) => a - b);
-    const row = (p: number) => {
-      const a = percentile(sd, p);
-      const b = percentile(sn, p);
-      return `| p${p} | ${a.toFixed(1)} | ${b.toFixed(1)} | ${(b / a).toFixed(2)}× | +${(b - a).toFixed(1)} |`;
-    };
     const version = await cri.version();
     const section = [
       '## Pod start through the pod worker (`bench/pod-start.ts`)',
@@ -116,10 +109,7 @@ async function main(): Promise<void> {
       `Run ${new Date().toISOString()} on Node ${process.version}, ${os.cpus().length} CPUs, ${version.runtimeName} ${version.runtimeVersion}; ${iterations} iterations each after ${warmup} warm-up, interleaved.`,
       'Direct = RunPodSandbox + CreateContainer + StartContainer (hostNetwork, local busybox image). Nodelet = setDesired + one sync turn of the pod worker until the container runs: runtime lookups by label, ImageStatus (IfNotPresent), log directories, the same three calls, and the status read-back.',
       '',
-      '| | direct CRI (ms) | through nodelet (ms) | ratio | added (ms) |',
-      '|---|---|---|---|---|',
-      row(50),
-      row(99),
+      ...ratioTable(times.direct, times.nodelet, 1),
       '',
       'Reproduce: `npm run build && node dist/bench/pod-start.js 30` (as root).',
     ].join('\n');

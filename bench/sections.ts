@@ -32,3 +32,18 @@ export function percentile(sorted: readonly number[], p: number): number {
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i]!;
 }
+
+/**
+ * The comparison table every benchmark prints: p50 and p99 of the baseline and of the path
+ * through nodelet, their ratio and the added milliseconds.
+ */
+export function ratioTable(baseline: readonly number[], through: readonly number[], digits = 2): string[] {
+  const a = [...baseline].sort((x, y) => x - y);
+  const b = [...through].sort((x, y) => x - y);
+  const row = (p: number) => {
+    const d = percentile(a, p);
+    const h = percentile(b, p);
+    return `| p${p} | ${d.toFixed(digits)} | ${h.toFixed(digits)} | ${(h / d).toFixed(2)}× | +${(h - d).toFixed(digits)} |`;
+  };
+  return ['| | direct CRI (ms) | through nodelet (ms) | ratio | added (ms) |', '|---|---|---|---|---|', row(50), row(99)];
+}
