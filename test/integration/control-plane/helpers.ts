@@ -87,7 +87,10 @@ export function watch(cp: ControlPlane, path: string, headers: Record<string, st
               return false;
             };
             const t = setTimeout(() => fail(new Error(`timed out waiting for ${n} events, got ${JSON.stringify(events.map((e) => e.type))}`)), timeoutMs);
-            if (!check()) waiters.push(() => void check());
+            const again = (): void => {
+              if (!check()) waiters.push(again);
+            };
+            again();
           });
         },
         close() {
