@@ -29,7 +29,11 @@ export function request(cp: ControlPlane, method: string, path: string, o: ReqOp
   const body = o.body === undefined ? undefined : typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
   const headers: Record<string, string> = { ...(o.headers ?? {}) };
   if (o.token !== null) headers['Authorization'] = `Bearer ${o.token ?? TOKEN}`;
-  if (body !== undefined) headers['Content-Type'] = o.contentType ?? 'application/json';
+  if (body !== undefined) {
+    headers['Content-Type'] = o.contentType ?? 'application/json';
+    // DELETE is not chunked by default in node: frame the body explicitly.
+    headers['Content-Length'] = String(Buffer.byteLength(body));
+  }
   return new Promise((resolve, reject) => {
     const req = https.request(`${cp.url}${path}`, { method, ca, headers }, (res) => {
       const chunks: Buffer[] = [];
