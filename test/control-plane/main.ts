@@ -1,0 +1,41 @@
+/**
+ * Standalone control plane: `npm run control-plane -- --port <n> --kubeconfig <file>
+ * [--pki-dir <dir>] [--node-monitor-grace-period <seconds>]`. Writes a kubeconfig with an
+ * admin client certificate (group system:masters), prints the URL, and runs until SIGINT or
+ * SIGTERM.
+ */
+import { Command } from 'commander';
+import { startControlPlane } from './server.js';
+
+function int(name: string): (v: string) => number {
+  return (v) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`--${name}: expected a non-negative integer, got "${v}"`);
+    return n;
+  };
+}
+
+async function main(): Promise<void> {
+  const program = new Command('control-plane')
+    .description('In-memory test control plane (HTTPS) for nodelet and kubectl')
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--port <n>', 'port (0 = ephemeral)', int('port'), 0)
+    .requiredOption('--kubeconfig <file>', 'where to write an admin kubeconfig')
+    .option('--pki-dir <dir>', 'where to write the CA and certificates (default: a temporary directory)')
+    .option('--node-monitor-grace-period <seconds>', 'node monitor grace period', int('node-monitor-grace-period'), 50)
+    .parse(process.argv);
+  const o = program.opts<{ host: string; port: number; kubeconfig: string; pkiDir?: string; nodeMonitorGracePeriod: number }>();
+  const cp = await startControlPlane({ host: o.host, port: o.port, nodeMonitorGracePeriodMs: o.nodeMonitorGracePeriod * 1000, ...(o.pkiDir ? { pkiDir: o.pkiDir } : {}) });
+  cp.writeKubeconfig(o.kubeconfig, { user: 'admin', groups: ['system:masters'] });
+  process.stdout.write(`control plane listening on ${cp.url}; kubeconfig written to ${o.kubeconfig}\n`);
+  const stop = (): void => {
+    void cp.close().then(() => process.exit(0));
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`control-plane: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});
