@@ -223,6 +223,15 @@ describe('chunked lists', () => {
     expect(all).toEqual(['c1', 'c2', 'c3', 'c4', 'c5']);
   });
 
+  it('a continue token whose version left the history answers 410', async () => {
+    const p1 = (await request(cp, 'GET', '/api/v1/namespaces/chunk/pods?limit=1')).json;
+    await request(cp, 'POST', '/api/v1/namespaces/chunk/pods', { body: pod('c9') });
+    cp.compactHistory();
+    const r = await request(cp, 'GET', `/api/v1/namespaces/chunk/pods?limit=1&continue=${encodeURIComponent(p1.metadata.continue)}`);
+    expect(r.status).toBe(410);
+    expect(r.json.reason).toBe('Expired');
+  });
+
   it('omits remainingItemCount with a selector', async () => {
     const r = (await request(cp, 'GET', '/api/v1/namespaces/chunk/pods?limit=1&labelSelector=!x')).json;
     expect(r.metadata.continue).not.toBe('');

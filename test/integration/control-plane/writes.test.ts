@@ -151,6 +151,17 @@ describe('server-side apply', () => {
     expect(JSON.stringify(dave.fieldsV1)).toContain('f:a');
   });
 
+  it('table: owned by A and B, B applies without the field -> owned by A, value kept', async () => {
+    const ns = await freshNs();
+    const path = `/api/v1/namespaces/${ns}/pods/sa`;
+    await request(cp, 'PATCH', `${path}?fieldManager=alice`, { contentType: APPLY, body: cm('i1', { labels: { l: 'v' } }) });
+    await request(cp, 'PATCH', `${path}?fieldManager=bob`, { contentType: APPLY, body: cm('i1', { labels: { l: 'v' } }) });
+    const r = await request(cp, 'PATCH', `${path}?fieldManager=bob`, { contentType: APPLY, body: cm('i1') });
+    expect(r.json.metadata.labels).toEqual({ l: 'v' });
+    const owners = r.json.metadata.managedFields.filter((m: { fieldsV1: object }) => JSON.stringify(m.fieldsV1).includes('f:l'));
+    expect(owners.map((m: { manager: string }) => m.manager)).toEqual(['alice']);
+  });
+
   it('managedFields [{}] through a merge patch resets ownership', async () => {
     const ns = await freshNs();
     const path = `/api/v1/namespaces/${ns}/pods/sa`;
