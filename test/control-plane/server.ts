@@ -367,7 +367,7 @@ class Server {
       return this.send(req, res, 201, this.review(t.def, body.obj), neg);
     }
     if (method === 'GET') {
-      if (q.get('watch') === 'true' || q.get('watch') === '1' || q.has('watch')) return this.watch(req, res, q, t, neg);
+      if (q.has('watch') && ['', 'true', '1'].includes(q.get('watch')!)) return this.watch(req, res, q, t, neg);
       if (t.name === undefined) return this.list(req, res, q, t, neg);
       return this.get(req, res, q, t, neg);
     }
@@ -503,7 +503,7 @@ class Server {
       meta['continue'] = Buffer.from(JSON.stringify(tok)).toString('base64url');
       if (sel.labels.length === 0 && sel.fields.length === 0) meta['remainingItemCount'] = filtered.length - limit;
     }
-    const body = neg.table ? this.table(page, meta) : { kind: `${t.def.kind}List`, apiVersion: apiVersionOf(t.def), metadata: meta, items: page.map((o) => ({ ...o, apiVersion: undefined, kind: undefined })).map(stripTypeMeta) };
+    const body = neg.table ? this.table(page, meta) : { kind: `${t.def.kind}List`, apiVersion: apiVersionOf(t.def), metadata: meta, items: page.map(stripTypeMeta) };
     this.send(req, res, 200, body, neg, {}, true);
   }
 
