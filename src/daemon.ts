@@ -26,6 +26,13 @@ import { RuntimeHealth } from './runtime/health.js';
 import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
+import { PodSources, runnableApiPods, type PodFeed } from './pods/sources.js';
+import { parseQuantity } from './config/quantity.js';
+import { readMachineFacts } from './node/facts.js';
+import { LeaseRenewer, type LeaseApi } from './node/lease.js';
+import { NodeReporter, type NodeApi } from './node/reporter.js';
+import type { ReviewClient } from './server/auth.js';
+import { VERSION } from './version.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
 export interface NodeletFlags {
@@ -48,11 +55,24 @@ export interface Service {
 
 export type Mode = 'standalone' | 'connected';
 
+/** What connected mode needs of the control plane (the control-plane client implements it). */
+export interface ControlPlanePorts {
+  /** The API server URL, for logs. */
+  readonly server: string;
+  nodes: NodeApi;
+  leases: LeaseApi;
+  reviews: ReviewClient;
+  pods: PodFeed;
+  close(): Promise<void>;
+}
+
 export interface DaemonDeps {
   flags: NodeletFlags;
   loaded: LoadedConfig;
   identity: NodeIdentity;
   logger: Logger;
+  /** Given: connected mode; absent: standalone (no network call to any control plane). */
+  controlPlane?: ControlPlanePorts;
   env?: NodeJS.ProcessEnv;
   clock?: Clock;
   /** Bound on the whole stop sequence. */
@@ -60,7 +80,7 @@ export interface DaemonDeps {
 }
 
 export class Daemon {
-  readonly #deps: Required<Omit<DaemonDeps, 'env'>> & { env: NodeJS.ProcessEnv };
+  readonly #deps: Required<Omit<DaemonDeps, 'env' | 'controlPlane'>> & Pick<DaemonDeps, 'controlPlane'> & { env: NodeJS.ProcessEnv };
   readonly health = new HealthRegistry();
   readonly #notifier: Notifier;
   readonly #watchdogTimeoutMs: number | undefined;
@@ -82,12 +102,9 @@ export class Daemon {
     this.#deps = { clock: realClock, stopTimeoutMs: 20_000, ...deps, env };
     this.#watchdogTimeoutMs = watchdogIntervalFromEnv(env);
     this.#notifier = createNotifier(env);
-    this.mode = deps.flags.kubeconfig ? 'connected' : 'standalone';
-    if (this.mode === 'connected') {
-      throw new NodeletError(
-        'CONFIG_INVALID',
-        `--kubeconfig: connected mode is not available in this version of nodelet; run without --kubeconfig (standalone)`,
-      );
+    this.mode = deps.controlPlane ? 'connected' : 'standalone';
+    if (deps.flags.kubeconfig && !deps.controlPlane) {
+      throw new NodeletError('CONFIG_INVALID', `--kubeconfig ${deps.flags.kubeconfig}: no control-plane client was built for it`);
     }
     this.#done = new Promise((resolve) => (this.#finish = resolve));
   }
@@ -123,7 +140,7 @@ export class Daemon {
     for (const w of loaded.warnings) this.#log.warn({ file: w.file, field: w.field }, `${w.file}: ${w.field}: ${w.message}`);
     // Whatever can still be wrong with the input (client CA file, webhook modes without a
     // control plane, endpoints) is found here, before the lock is taken or anything is written.
-    this.#auth = await buildServerAuth(cfg, { clock: this.#deps.clock });
+    this.#auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(this.#deps.controlPlane ? { reviewClient: this.#deps.controlPlane.reviews } : {}) });
     parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
     if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
 
@@ -250,6 +267,13 @@ export class Daemon {
       },
       stop: () => pods.stop(),
     });
+    // Pod sources: static files always; the control plane's pods for this node when connected.
+    const cp = this.#deps.controlPlane;
+    const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...(cp ? (['api'] as const) : [])], (list, allReady) => {
+      pods.setDesired(list);
+      if (allReady) pods.setSourcesReady();
+      if (this.#ready) this.#notifier.status(this.#statusLine());
+    });
     if (cfg.staticPodPath) {
       const source = new StaticPodSource({
         dir: cfg.staticPodPath,
@@ -257,22 +281,14 @@ export class Daemon {
         logger: log.child({ component: 'static-pods' }),
         onChange: (list) => {
           log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
-          pods.setDesired(list);
-          if (this.#ready) this.#notifier.status(this.#statusLine());
+          sources.update('file', list);
         },
       });
-      services.push({
-        name: 'static-pods',
-        start: async () => {
-          await source.start();
-          pods.setSourcesReady();
-        },
-        stop: async () => source.stop(),
-      });
+      services.push({ name: 'static-pods', start: () => source.start(), stop: async () => source.stop() });
     } else {
       log.info('no staticPodPath: no static pods');
-      services.push({ name: 'pod-sources', start: async () => pods.setSourcesReady(), stop: async () => undefined });
     }
+    if (cp) services.push(...this.#connectedServices(cp, sources));
 
     if (cfg.readOnlyPort !== 0) {
       const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });
@@ -344,6 +360,50 @@ export class Daemon {
       this.#log.info('healthz server disabled (healthzPort: 0)');
     }
     return services;
+  }
+
+  /**
+   * Connected mode only: the pods the control plane binds to this node, the Node and its
+   * status, the heartbeat lease. None of them blocks startup: a control plane that is down
+   * shows in the logs and is retried, while static pods run.
+   */
+  #connectedServices(cp: ControlPlanePorts, sources: PodSources): Service[] {
+    const { identity } = this.#deps;
+    const cfg = this.#deps.loaded.config;
+    const log = this.#log;
+    const machine = readMachineFacts();
+    const evictionMemory = cfg.evictionHard['memory.available'];
+    const reporter = new NodeReporter({
+      api: cp.nodes,
+      clock: this.#deps.clock,
+      logger: log.child({ component: 'node-status' }),
+      updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
+      reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
+      facts: () => ({
+        ...machine,
+        nodeName: identity.nodeName,
+        hostname: identity.hostname,
+        ips: identity.ips,
+        maxPods: cfg.maxPods,
+        evictionHardMemoryBytes: evictionMemory && !evictionMemory.endsWith('%') ? parseQuantity(evictionMemory).value : 0,
+        kubeletPort: cfg.port,
+        kubeletVersion: `v1.32.0-nodelet.${VERSION}`,
+        runtime: this.#runtimeHealth!.state(),
+      }),
+    });
+    const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock: this.#deps.clock, logger: log.child({ component: 'node-lease' }) });
+    return [
+      {
+        name: 'api-pods',
+        start: async () => {
+          void cp.pods.start((list) => sources.update('api', runnableApiPods(list, identity.nodeName))).catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
+        },
+        stop: () => cp.pods.stop(),
+      },
+      { name: 'node-status', start: async () => reporter.start(), stop: () => reporter.stop() },
+      { name: 'node-lease', start: async () => lease.start(), stop: () => lease.stop() },
+      { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
+    ];
   }
 
   /** A service whose start builds it and returns its stop. */

@@ -14,7 +14,7 @@ import { resolveNodeIdentity } from './node-identity.js';
 import { Daemon, type NodeletFlags } from './daemon.js';
 import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedConfig } from './config/index.js';
 
-const VERSION = '0.1.0';
+import { VERSION } from './version.js';
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {

@@ -1,0 +1,39 @@
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { describe, expect, it } from 'vitest';
+import { PodSources, runnableApiPods } from '../../../src/pods/sources.js';
+
+const pod = (uid: string, extra: Partial<Pod> = {}): Pod => ({ metadata: { name: uid, namespace: 'default', uid }, spec: { nodeName: 'n1', containers: [] }, ...extra });
+
+describe('PodSources', () => {
+  it('delivers the union, and says all ready only once every expected source delivered', () => {
+    const got: [string[], boolean][] = [];
+    const s = new PodSources(['file', 'api'], (pods, ready) => got.push([pods.map((p) => p.metadata!.uid!), ready]));
+    s.update('file', [pod('a')]);
+    s.update('api', [pod('b'), pod('a')]);
+    s.update('api', []);
+    expect(got).toEqual([
+      [['a'], false],
+      [['a', 'b'], true],
+      [['a'], true],
+    ]);
+  });
+
+  it('with no source at all, an empty set that is ready at once', () => {
+    const got: [number, boolean][] = [];
+    new PodSources([], (pods, ready) => got.push([pods.length, ready]));
+    expect(got).toEqual([[0, true]]);
+  });
+});
+
+describe('runnableApiPods', () => {
+  it('keeps pods bound to this node that have not finished', () => {
+    const pods = [
+      pod('run'),
+      pod('other', { spec: { nodeName: 'n2', containers: [] } }),
+      pod('done', { status: { phase: 'Succeeded' } }),
+      pod('failed', { status: { phase: 'Failed' } }),
+      pod('pending', { status: { phase: 'Pending' } }),
+    ];
+    expect(runnableApiPods(pods, 'n1').map((p) => p.metadata!.uid)).toEqual(['run', 'pending']);
+  });
+});
