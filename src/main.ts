@@ -15,6 +15,7 @@ import { Daemon, type NodeletFlags } from './daemon.js';
 import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedConfig } from './config/index.js';
 
 import { VERSION } from './version.js';
+import { controlPlanePorts } from './kube/ports.js';
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {
@@ -137,7 +138,9 @@ async function runDaemon(cmd: Command): Promise<number> {
     const flags = nodeletFlags(cmd, o);
     const loaded = await load(o);
     const identity = resolveNodeIdentity({ hostnameOverride: o.hostnameOverride, nodeIp: o.nodeIp });
-    daemon = new Daemon({ flags, loaded, identity, logger });
+    // Connected mode: the kubeconfig is read now, so a bad one stops startup before the lock.
+    const controlPlane = flags.kubeconfig ? controlPlanePorts(flags.kubeconfig, identity.nodeName, logger) : undefined;
+    daemon = new Daemon({ flags, loaded, identity, logger, ...(controlPlane ? { controlPlane } : {}) });
   } catch (err) {
     reportFailure(err, logger);
     return 1;
