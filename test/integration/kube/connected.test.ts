@@ -1,0 +1,172 @@
+/**
+ * The built nodelet in connected mode against the test control plane, on the test CRI
+ * server: it registers its Node and reports it Ready, renews its Lease, runs the pods the
+ * control plane binds to it (and removes them when they are deleted there), and its HTTPS
+ * server asks the control plane about bearer tokens (TokenReview) and permissions
+ * (SubjectAccessReview).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Lease } from 'kubernetes-types/coordination/v1.js';
+import type { Node, Pod, PodList } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCriClient } from '../../../src/runtime/cri-client.js';
+import { KubeClient, LEASES, NODES, PODS, resourcePath } from '../../../src/kube/client.js';
+import { loadKubeconfig } from '../../../src/kube/kubeconfig.js';
+import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
+import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { eventually, freePort, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+import { request } from '../server/client.js';
+
+let cp: ControlPlane;
+let cri: FakeRuntime;
+let nodelet: NodeletProcess;
+let api: KubeClient;
+let dir: string;
+let port: number;
+let readOnlyPort: number;
+let serverCa: string;
+
+beforeAll(async () => {
+  cp = await startControlPlane();
+  cri = await startFakeRuntime();
+  dir = tempDir('nodelet-connected-');
+  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: 'system:node:n1', groups: ['system:nodes'] });
+  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
+  api = new KubeClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
+  port = await freePort();
+  readOnlyPort = await freePort();
+  fs.writeFileSync(
+    path.join(dir, 'kubelet.yaml'),
+    [
+      'apiVersion: kubelet.config.k8s.io/v1beta1',
+      'kind: KubeletConfiguration',
+      `containerRuntimeEndpoint: unix://${cri.socketPath}`,
+      `podLogsDir: ${path.join(dir, 'logs')}`,
+      'address: 127.0.0.1',
+      `port: ${port}`,
+      `readOnlyPort: ${readOnlyPort}`,
+      'healthzPort: 0',
+      'nodeLeaseDurationSeconds: 4',
+      'nodeStatusUpdateFrequency: 1s',
+      // The v1beta1 defaults: webhook authentication and Webhook authorization.
+      '',
+    ].join('\n'),
+  );
+  nodelet = startNodelet([
+    '--config', path.join(dir, 'kubelet.yaml'),
+    '--kubeconfig', path.join(dir, 'kubelet.kubeconfig'),
+    '--root-dir', path.join(dir, 'root'),
+    '--lock-file', path.join(dir, 'lock'),
+    '--hostname-override', 'n1',
+  ]);
+  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  serverCa = fs.readFileSync(path.join(dir, 'root', 'pki', 'kubelet.crt'), 'utf8');
+});
+
+afterAll(async () => {
+  nodelet?.kill('SIGTERM');
+  await nodelet?.exited;
+  await api?.close();
+  await cri?.stop();
+  await cp?.close();
+});
+
+const nodePods = async () => ((await (await fetch(`http://127.0.0.1:${readOnlyPort}/pods`)).json()) as PodList).items;
+
+describe('nodelet connected to a control plane', () => {
+  it('says it runs connected, registers its Node with the kubelet labels, and reports it Ready', async () => {
+    expect(nodelet.records.find((r) => /starting nodelet in connected mode/.test(r.msg))).toBeTruthy();
+    const node = await eventually(async () => {
+      const n = await api.do<Node>('GET', resourcePath(NODES, { name: 'n1' })).catch(() => undefined);
+      return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? n : undefined;
+    }, 15_000);
+    expect(node.metadata!.labels).toMatchObject({ 'kubernetes.io/hostname': 'n1', 'kubernetes.io/os': 'linux' });
+    expect(node.status!.daemonEndpoints!.kubeletEndpoint!.Port).toBe(port);
+    expect(node.status!.nodeInfo!.containerRuntimeVersion).toMatch(/:\/\//);
+    expect(node.status!.conditions!.map((c) => c.type)).toEqual(['MemoryPressure', 'DiskPressure', 'PIDPressure', 'Ready']);
+  });
+
+  it('renews kube-node-lease/n1, owned by its Node', async () => {
+    const first = await eventually(() => api.do<Lease>('GET', resourcePath(LEASES, { namespace: 'kube-node-lease', name: 'n1' })).catch(() => undefined), 15_000);
+    const node = await api.do<Node>('GET', resourcePath(NODES, { name: 'n1' }));
+    expect(first.spec).toMatchObject({ holderIdentity: 'n1', leaseDurationSeconds: 4 });
+    expect(first.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: node.metadata!.uid }]);
+    // 4 s lease: renewed about every second.
+    await eventually(async () => {
+      const l = await api.do<Lease>('GET', resourcePath(LEASES, { namespace: 'kube-node-lease', name: 'n1' }));
+      return l.spec!.renewTime !== first.spec!.renewTime;
+    }, 5_000);
+  });
+
+  it('runs a pod the control plane binds to it, and removes it when the pod is deleted there', async () => {
+    const pod: Pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'api-pod', namespace: 'default' },
+      spec: { nodeName: 'n1', hostNetwork: true, terminationGracePeriodSeconds: 0, containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }] },
+    };
+    const created = await api.do<Pod>('POST', resourcePath(PODS, { namespace: 'default' }), { body: pod });
+    // A pod bound to another node is not ours.
+    await api.do('POST', resourcePath(PODS, { namespace: 'default' }), { body: { ...pod, metadata: { name: 'elsewhere', namespace: 'default' }, spec: { ...pod.spec, nodeName: 'n2' } } });
+    const running = await eventually(async () => (await nodePods()).find((p) => p.metadata!.name === 'api-pod' && p.status?.phase === 'Running'), 15_000);
+    expect(running.metadata!.uid).toBe(created.metadata!.uid);
+    expect((await nodePods()).some((p) => p.metadata!.name === 'elsewhere')).toBe(false);
+    const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
+    try {
+      const sel = { labelSelector: { 'io.kubernetes.pod.uid': created.metadata!.uid! } };
+      expect((await runtime.listPodSandbox(sel)).length).toBe(1);
+      await api.do('DELETE', resourcePath(PODS, { namespace: 'default', name: 'api-pod' }));
+      await eventually(async () => !(await nodePods()).some((p) => p.metadata!.name === 'api-pod'), 15_000);
+      await eventually(async () => (await runtime.listPodSandbox(sel)).length === 0, 15_000);
+    } finally {
+      runtime.close();
+    }
+  });
+
+  it('HTTPS: a bearer token is checked with a TokenReview and the request with a SubjectAccessReview', async () => {
+    cp.addToken('forensics-token', 'forensics', ['ops']);
+    cp.setAccessRules((a) =>
+      a.user === 'forensics' && a.verb === 'get' && a.resource === 'nodes' && a.subresource === 'proxy' ? { allowed: true } : { allowed: false, reason: `no rule for ${a.user}` },
+    );
+    const ok = await request(`https://127.0.0.1:${port}/pods`, { ca: serverCa, token: 'forensics-token' });
+    expect(ok.status).toBe(200);
+    // create nodes/checkpoint is not granted: 403 before any lookup.
+    const denied = await request(`https://127.0.0.1:${port}/checkpoint/default/api-pod/app`, { method: 'POST', ca: serverCa, token: 'forensics-token' });
+    expect(denied.status).toBe(403);
+    expect(denied.body).toContain('subresource(s)=[checkpoint]');
+    expect(denied.body).toContain('no rule for forensics');
+    const unknown = await request(`https://127.0.0.1:${port}/pods`, { ca: serverCa, token: 'wrong' });
+    expect(unknown.status).toBe(401);
+  });
+});
+
+describe('a control plane that does not answer', () => {
+  it('never blocks startup or crashes nodelet: it is ready, logs the failures and keeps retrying', async () => {
+    const d = tempDir('nodelet-connected-down-');
+    // Its CA stays in a folder of ours after it is gone, as a real cluster's CA would.
+    const gone = await startControlPlane({ pkiDir: path.join(d, 'pki') });
+    gone.writeKubeconfig(path.join(d, 'kubelet.kubeconfig'), { user: 'system:node:n9' });
+    await gone.close();
+    const p = startNodelet([
+      '--kubeconfig', path.join(d, 'kubelet.kubeconfig'),
+      '--root-dir', path.join(d, 'root'),
+      '--lock-file', path.join(d, 'lock'),
+      '--hostname-override', 'n9',
+      '--container-runtime-endpoint', `unix://${cri.socketPath}`,
+      '--port', String(await freePort()),
+      '--read-only-port', '0',
+      '--healthz-port', '0',
+    ]);
+    try {
+      await p.waitForMsg(/nodelet is ready/, 20_000);
+      const warn = await p.waitFor((r) => r.level === 'warn' && /cannot update node status|cannot renew the node lease|pods: /.test(r.msg), 20_000);
+      expect(warn.msg).toMatch(/ECONNREFUSED|connect|UNAVAILABLE|fetch failed/i);
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(p.child.exitCode).toBeNull();
+    } finally {
+      p.kill('SIGTERM');
+      expect((await p.exited).code).toBe(0);
+    }
+  });
+});
