@@ -1,0 +1,390 @@
+/**
+ * nodelet's HTTPS client of the control plane. One undici Agent (keep-alive, TLS from the
+ * kubeconfig) per client; every request sends `User-Agent: nodelet/<version>` and
+ * `Accept-Encoding: gzip` and decompresses the answer. Each call has a deadline
+ * (`timeoutMs`, default 30 s) and honours the caller's AbortSignal; a watch has no
+ * deadline (the reflector keeps its own inactivity timer). Every failure is a NodeletError
+ * from errors.ts. The client does not retry: retries live in loops (reflector,
+ * retryOnConflict).
+ */
+import type { Readable } from 'node:stream';
+import zlib from 'node:zlib';
+import { Agent, request, type Dispatcher } from 'undici';
+import { NodeletError } from '../errors.js';
+import { VERSION } from '../version.js';
+import { decodeStatus, transportError } from './errors.js';
+import type { ClusterAccess } from './kubeconfig.js';
+
+/** Where a resource type lives: core (`group` '') or a named API group; namespaced or cluster-scoped. */
+export interface ResourceType {
+  group: string;
+  version: string;
+  resource: string;
+  namespaced: boolean;
+}
+
+export const NAMESPACES: ResourceType = { group: '', version: 'v1', resource: 'namespaces', namespaced: false };
+export const NODES: ResourceType = { group: '', version: 'v1', resource: 'nodes', namespaced: false };
+export const PODS: ResourceType = { group: '', version: 'v1', resource: 'pods', namespaced: true };
+export const EVENTS: ResourceType = { group: '', version: 'v1', resource: 'events', namespaced: true };
+export const LEASES: ResourceType = { group: 'coordination.k8s.io', version: 'v1', resource: 'leases', namespaced: true };
+
+export interface ObjectRef {
+  namespace?: string;
+  name?: string;
+  subresource?: string;
+}
+
+/**
+ * The spec's path table: `/api/v1` or `/apis/<group>/<version>`, then for a namespaced type
+ * `namespaces/<ns>/` (omitted: across all namespaces), the type, the name, the subresource.
+ */
+export function resourcePath(t: ResourceType, ref: ObjectRef = {}): string {
+  let p = t.group ? `/apis/${t.group}/${t.version}` : `/api/${t.version}`;
+  if (t.namespaced && ref.namespace) p += `/namespaces/${encodeURIComponent(ref.namespace)}`;
+  if (!t.namespaced && ref.namespace) throw new NodeletError('INVALID_ARGUMENT', `${t.resource} is cluster-scoped: no namespace allowed (got "${ref.namespace}")`);
+  p += `/${t.resource}`;
+  if (ref.name !== undefined) {
+    if (!ref.name) throw new NodeletError('INVALID_ARGUMENT', `${t.resource}: empty name`);
+    p += `/${encodeURIComponent(ref.name)}`;
+  }
+  if (ref.subresource) {
+    if (ref.name === undefined) throw new NodeletError('INVALID_ARGUMENT', `${t.resource}: subresource "${ref.subresource}" needs a name`);
+    p += `/${ref.subresource}`;
+  }
+  return p;
+}
+
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata?: { name?: string; namespace?: string; resourceVersion?: string; uid?: string; [k: string]: unknown };
+  [k: string]: unknown;
+}
+
+export interface ListResult<T> {
+  apiVersion?: string;
+  kind?: string;
+  metadata: { resourceVersion: string; continue?: string; remainingItemCount?: number };
+  items: T[];
+}
+
+export interface WatchEvent<T = KubeObject> {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+  object: T;
+}
+
+export interface CallOptions {
+  /** Deadline of this call (default the client's). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface ListOptions extends CallOptions {
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  limit?: number;
+  continue?: string;
+  resourceVersion?: string;
+  resourceVersionMatch?: 'Exact' | 'NotOlderThan';
+}
+
+export interface WatchOptions {
+  namespace?: string;
+  name?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  resourceVersion?: string;
+  allowWatchBookmarks?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface WriteOptions extends CallOptions {
+  subresource?: string;
+  fieldManager?: string;
+  dryRun?: boolean;
+}
+
+export interface DeleteOptions extends CallOptions {
+  /** Body: DeleteOptions (propagationPolicy, preconditions, gracePeriodSeconds, ...). */
+  body?: Record<string, unknown>;
+}
+
+export interface ClientOptions {
+  access: ClusterAccess;
+  /** Default deadline of a call (default 30 s). */
+  timeoutMs?: number;
+  /** Version in the User-Agent (default src/version.ts, kept equal to package.json). */
+  version?: string;
+  /** Connections per origin (default 8). */
+  connections?: number;
+}
+
+type Query = Record<string, string | number | boolean | undefined>;
+
+interface Req {
+  method: Dispatcher.HttpMethod;
+  path: string;
+  query?: Query;
+  body?: unknown;
+  contentType?: string;
+  timeoutMs?: number | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/** The field manager nodelet writes as. */
+export const FIELD_MANAGER = 'nodelet';
+
+export class ControlPlaneClient {
+  readonly server: string;
+  readonly namespace: string;
+  readonly #agent: Agent;
+  readonly #headers: Record<string, string>;
+  readonly #timeoutMs: number;
+
+  /** Builds the connection pool; opens nothing until the first call. */
+  constructor(o: ClientOptions) {
+    this.server = o.access.server;
+    this.namespace = o.access.namespace;
+    this.#timeoutMs = o.timeoutMs ?? 30_000;
+    this.#agent = new Agent({
+      keepAliveTimeout: 30_000,
+      connections: o.connections ?? 8,
+      connect: {
+        ...(o.access.ca ? { ca: o.access.ca } : {}),
+        ...(o.access.cert && o.access.key ? { cert: o.access.cert, key: o.access.key } : {}),
+        rejectUnauthorized: !o.access.insecureSkipTlsVerify,
+      },
+    });
+    this.#headers = {
+      'user-agent': `nodelet/${o.version ?? VERSION}`,
+      accept: 'application/json',
+      'accept-encoding': 'gzip',
+      ...(o.access.token ? { authorization: `Bearer ${o.access.token}` } : {}),
+    };
+  }
+
+  #url(path: string, query: Query = {}): string {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') q.set(k, String(v));
+    const s = q.toString();
+    return `${this.server}${path}${s ? `?${s}` : ''}`;
+  }
+
+  /** Sends one request; resolves with the answer (any status) or throws a transport NodeletError. */
+  async #send(r: Req, stream: boolean): Promise<Dispatcher.ResponseData> {
+    const timeout = stream ? undefined : AbortSignal.timeout(r.timeoutMs ?? this.#timeoutMs);
+    const signals = [r.signal, timeout].filter((s): s is AbortSignal => !!s);
+    const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
+    try {
+      return await request(this.#url(r.path, r.query), {
+        method: r.method,
+        dispatcher: this.#agent,
+        headers: { ...this.#headers, ...(r.body !== undefined ? { 'content-type': r.contentType ?? 'application/json' } : {}) },
+        ...(r.body !== undefined ? { body: JSON.stringify(r.body) } : {}),
+        ...(signal ? { signal } : {}),
+        // A watch is quiet for long stretches; undici's default 5 min body timeout would cut it.
+        ...(stream ? { bodyTimeout: 0 } : {}),
+      });
+    } catch (err) {
+      throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: !!timeout?.aborted });
+    }
+  }
+
+  static #body(res: Dispatcher.ResponseData): Readable {
+    const enc = res.headers['content-encoding'];
+    const body = res.body as unknown as Readable;
+    return enc === 'gzip' ? body.pipe(zlib.createGunzip()) : body;
+  }
+
+  static async #text(res: Dispatcher.ResponseData): Promise<string> {
+    const chunks: Buffer[] = [];
+    for await (const c of ControlPlaneClient.#body(res)) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
+    return Buffer.concat(chunks).toString('utf8');
+  }
+
+  static #parse(text: string): unknown {
+    if (!text) return undefined;
+    try {
+      return JSON.parse(text);
+    } catch {
+      return text;
+    }
+  }
+
+  /** One JSON request; 2xx -> the decoded body, otherwise the mapped NodeletError. */
+  async request<T>(r: Req): Promise<T> {
+    const res = await this.#send(r, false);
+    let text: string;
+    try {
+      text = await ControlPlaneClient.#text(res);
+    } catch (err) {
+      throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: false });
+    }
+    const body = ControlPlaneClient.#parse(text);
+    if (res.statusCode < 200 || res.statusCode >= 300) throw decodeStatus(res.statusCode, body, { method: r.method, path: r.path, retryAfter: res.headers['retry-after'] });
+    if (typeof body === 'string') throw new NodeletError('INTERNAL', `${r.method} ${r.path}: answer is not JSON: ${body.slice(0, 200)}`);
+    return body as T;
+  }
+
+  get<T extends KubeObject>(t: ResourceType, ref: ObjectRef & { name: string }, o: CallOptions & { resourceVersion?: string } = {}): Promise<T> {
+    return this.request<T>({ method: 'GET', path: resourcePath(t, ref), query: { resourceVersion: o.resourceVersion }, timeoutMs: o.timeoutMs, signal: o.signal });
+  }
+
+  /** One page of a list (see listAll for every page). */
+  list<T extends KubeObject>(t: ResourceType, o: ListOptions = {}): Promise<ListResult<T>> {
+    return this.request<ListResult<T>>({
+      method: 'GET',
+      path: resourcePath(t, o.namespace ? { namespace: o.namespace } : {}),
+      query: {
+        labelSelector: o.labelSelector,
+        fieldSelector: o.fieldSelector,
+        limit: o.limit,
+        continue: o.continue,
+        resourceVersion: o.resourceVersion,
+        resourceVersionMatch: o.resourceVersionMatch,
+      },
+      timeoutMs: o.timeoutMs,
+      signal: o.signal,
+    });
+  }
+
+  /** Every page of a list (chunks of `limit`, default 500), one consistent snapshot: items and the list's resourceVersion. */
+  async listAll<T extends KubeObject>(t: ResourceType, o: Omit<ListOptions, 'continue'> = {}): Promise<{ items: T[]; resourceVersion: string }> {
+    const items: T[] = [];
+    let cont: string | undefined;
+    let rv = '';
+    do {
+      const page: ListResult<T> = await this.list<T>(t, { ...o, limit: o.limit ?? 500, ...(cont ? { continue: cont, resourceVersion: undefined, resourceVersionMatch: undefined } : {}) });
+      items.push(...page.items);
+      rv = page.metadata.resourceVersion;
+      cont = page.metadata.continue || undefined;
+    } while (cont);
+    return { items, resourceVersion: rv };
+  }
+
+  create<T extends KubeObject>(t: ResourceType, obj: T, o: WriteOptions = {}): Promise<T> {
+    const ns = t.namespaced ? (obj.metadata?.namespace ?? this.namespace) : undefined;
+    return this.request<T>({ method: 'POST', path: resourcePath(t, ns ? { namespace: ns } : {}), query: writeQuery(o), body: obj, timeoutMs: o.timeoutMs, signal: o.signal });
+  }
+
+  /** PUT: replaces the object (or its subresource); a stale metadata.resourceVersion gives CONFLICT. */
+  update<T extends KubeObject>(t: ResourceType, obj: T, o: WriteOptions = {}): Promise<T> {
+    return this.request<T>({ method: 'PUT', path: resourcePath(t, refOf(t, obj, this.namespace, o.subresource)), query: writeQuery(o), body: obj, timeoutMs: o.timeoutMs, signal: o.signal });
+  }
+
+  /** JSON merge patch (RFC 7386): `null` removes a field, lists are replaced. */
+  mergePatch<T extends KubeObject>(t: ResourceType, ref: ObjectRef & { name: string }, patch: Record<string, unknown>, o: WriteOptions = {}): Promise<T> {
+    return this.request<T>({
+      method: 'PATCH',
+      path: resourcePath(t, { ...ref, ...(o.subresource ? { subresource: o.subresource } : {}) }),
+      query: writeQuery(o),
+      body: patch,
+      contentType: 'application/merge-patch+json',
+      timeoutMs: o.timeoutMs,
+      signal: o.signal,
+    });
+  }
+
+  /**
+   * Server-side apply of `obj` (apiVersion, kind, metadata.name and the fields nodelet owns)
+   * as field manager `nodelet` with `force=true`: nodelet takes the fields it declares.
+   * JSON is valid YAML, so the body is sent as JSON under `application/apply-patch+yaml`.
+   */
+  apply<T extends KubeObject>(t: ResourceType, obj: KubeObject, o: WriteOptions & { force?: boolean } = {}): Promise<T> {
+    return this.request<T>({
+      method: 'PATCH',
+      path: resourcePath(t, refOf(t, obj, this.namespace, o.subresource)),
+      query: { ...writeQuery(o), fieldManager: o.fieldManager ?? FIELD_MANAGER, force: o.force ?? true },
+      body: obj,
+      contentType: 'application/apply-patch+yaml',
+      timeoutMs: o.timeoutMs,
+      signal: o.signal,
+    });
+  }
+
+  /** DELETE with optional DeleteOptions; resolves with the server's answer (the object or a Status). */
+  delete<T = unknown>(t: ResourceType, ref: ObjectRef & { name: string }, o: DeleteOptions = {}): Promise<T> {
+    return this.request<T>({
+      method: 'DELETE',
+      path: resourcePath(t, ref),
+      ...(o.body ? { body: { apiVersion: 'v1', kind: 'DeleteOptions', ...o.body } } : {}),
+      timeoutMs: o.timeoutMs,
+      signal: o.signal,
+    });
+  }
+
+  /**
+   * Starts a watch. Resolves once the server answered 2xx, with the stream of events
+   * (newline-delimited JSON documents). A non-2xx answer throws the mapped error; an
+   * `ERROR` event is thrown from the iterator as the error its Status carries (410 -> GONE).
+   * The iterator ends when the server closes the stream; abort `signal` to stop it.
+   */
+  async watch<T extends KubeObject>(t: ResourceType, o: WatchOptions = {}): Promise<AsyncIterable<WatchEvent<T>>> {
+    const path = resourcePath(t, o.namespace ? { namespace: o.namespace } : {});
+    const query: Query = {
+      watch: 1,
+      resourceVersion: o.resourceVersion,
+      allowWatchBookmarks: o.allowWatchBookmarks ? true : undefined,
+      labelSelector: o.labelSelector,
+      fieldSelector: o.name ? [`metadata.name=${o.name}`, o.fieldSelector].filter(Boolean).join(',') : o.fieldSelector,
+    };
+    const res = await this.#send({ method: 'GET', path, query, signal: o.signal }, true);
+    if (res.statusCode < 200 || res.statusCode >= 300) {
+      const text = await ControlPlaneClient.#text(res).catch(() => '');
+      throw decodeStatus(res.statusCode, ControlPlaneClient.#parse(text), { method: 'GET', path, retryAfter: res.headers['retry-after'] });
+    }
+    const body = ControlPlaneClient.#body(res);
+    const signal = o.signal;
+    return (async function* () {
+      let buf = '';
+      const decodeLine = (line: string): WatchEvent<T> => {
+        let ev: WatchEvent<T>;
+        try {
+          ev = JSON.parse(line) as WatchEvent<T>;
+        } catch {
+          throw new NodeletError('UNAVAILABLE', `watch ${path}: malformed event: ${line.slice(0, 200)}`);
+        }
+        if (ev.type === 'ERROR') {
+          const st = ev.object as unknown as { code?: number };
+          throw decodeStatus(st.code ?? 500, st, { method: 'WATCH', path });
+        }
+        return ev;
+      };
+      try {
+        for await (const chunk of body) {
+          buf += typeof chunk === 'string' ? chunk : (chunk as Buffer).toString('utf8');
+          let i: number;
+          while ((i = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, i).trim();
+            buf = buf.slice(i + 1);
+            if (line) yield decodeLine(line);
+          }
+        }
+      } catch (err) {
+        if (err instanceof NodeletError) throw err;
+        throw transportError(err, { method: 'WATCH', path, cancelled: !!signal?.aborted, timedOut: false });
+      } finally {
+        body.destroy();
+      }
+      if (buf.trim()) yield decodeLine(buf.trim());
+    })();
+  }
+
+  /** Closes the pool; in-flight requests finish first. */
+  async close(): Promise<void> {
+    await this.#agent.close();
+  }
+}
+
+function writeQuery(o: WriteOptions): Query {
+  return { fieldManager: o.fieldManager, dryRun: o.dryRun ? 'All' : undefined };
+}
+
+function refOf(t: ResourceType, obj: KubeObject, defaultNs: string, subresource?: string): ObjectRef & { name: string } {
+  const name = obj.metadata?.name;
+  if (!name) throw new NodeletError('INVALID_ARGUMENT', `${t.resource}: metadata.name is required`);
+  const ns = t.namespaced ? (obj.metadata?.namespace ?? defaultNs) : undefined;
+  return { name, ...(ns ? { namespace: ns } : {}), ...(subresource ? { subresource } : {}) };
+}

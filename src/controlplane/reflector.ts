@@ -1,0 +1,280 @@
+/**
+ * A reflector keeps a consumer in step with one resource type: it lists (in chunks of
+ * `limit` with `continue`), hands the consumer the full set (`replace`), then watches from
+ * the list's resourceVersion with bookmarks and hands on `add`/`update`/`delete`.
+ *
+ * - A broken or ended watch resumes from the last resourceVersion seen (bookmarks included).
+ * - 410 Gone (history compacted, continue token expired) lists again and emits a `replace`
+ *   whose items are the correct final state (objects deleted during the gap are absent).
+ * - Events are deduplicated against the store (resourceVersions compared for equality only,
+ *   as the spec requires): a replayed event the store already reflects is not passed on.
+ * - Faults never escape: each is logged and retried after a bounded exponential backoff with
+ *   jitter on the injected Clock. A consumer that throws is logged; the reflector continues.
+ *
+ * Lifecycle: construct (starts nothing), `start()`, `stop()`. `healthy()` and
+ * `lastSyncTime` serve health checks; `waitForSync()` resolves after the first replace.
+ */
+import { backoffDelay, realClock, type Clock } from '../clock.js';
+import { errorMessage, isNodeletError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { ControlPlaneClient, KubeObject, ResourceType, WatchEvent } from './client.js';
+
+export type ReflectorEvent<T> =
+  | { type: 'replace'; items: T[]; resourceVersion: string }
+  | { type: 'add'; object: T }
+  | { type: 'update'; object: T; old: T }
+  | { type: 'delete'; object: T };
+
+export function objectKey(o: KubeObject): string {
+  return `${o.metadata?.namespace ?? ''}/${o.metadata?.name ?? ''}`;
+}
+
+/**
+ * The pure part: the store and the decision what a watch event means for the consumer.
+ * Pure and synchronous; tests drive it directly.
+ */
+export class ReflectorState<T extends KubeObject> {
+  readonly #items = new Map<string, T>();
+  #rv = '';
+
+  /** The resourceVersion to resume a watch from ('' before the first list). */
+  get resourceVersion(): string {
+    return this.#rv;
+  }
+
+  get size(): number {
+    return this.#items.size;
+  }
+
+  items(): T[] {
+    return [...this.#items.values()];
+  }
+
+  get(key: string): T | undefined {
+    return this.#items.get(key);
+  }
+
+  /** A fresh list: the store becomes exactly `items` at `resourceVersion`. */
+  replace(items: T[], resourceVersion: string): ReflectorEvent<T> {
+    this.#items.clear();
+    for (const it of items) this.#items.set(objectKey(it), it);
+    this.#rv = resourceVersion;
+    return { type: 'replace', items: this.items(), resourceVersion };
+  }
+
+  /**
+   * One watch event -> the consumer's event, or undefined when there is nothing to tell
+   * (a bookmark, or a replay of a change the store already holds). ERROR events are the
+   * client's business (it throws them) and are ignored here.
+   */
+  apply(ev: WatchEvent<T>): ReflectorEvent<T> | undefined {
+    const rv = ev.object?.metadata?.resourceVersion;
+    if (ev.type === 'BOOKMARK') {
+      if (rv) this.#rv = rv;
+      return undefined;
+    }
+    if (ev.type !== 'ADDED' && ev.type !== 'MODIFIED' && ev.type !== 'DELETED') return undefined;
+    const key = objectKey(ev.object);
+    const cur = this.#items.get(key);
+    if (rv) this.#rv = rv;
+    if (ev.type === 'DELETED') {
+      if (!cur) return undefined;
+      this.#items.delete(key);
+      return { type: 'delete', object: ev.object };
+    }
+    if (cur && rv !== undefined && cur.metadata?.resourceVersion === rv) return undefined;
+    this.#items.set(key, ev.object);
+    return cur ? { type: 'update', object: ev.object, old: cur } : { type: 'add', object: ev.object };
+  }
+}
+
+export interface ReflectorOptions<T extends KubeObject> {
+  client: ControlPlaneClient;
+  type: ResourceType;
+  /** Receives every change, in order. Called synchronously from the loop. */
+  onEvent: (ev: ReflectorEvent<T>) => void;
+  logger: Logger;
+  clock?: Clock;
+  namespace?: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+  /** Page size of the list (default 500). */
+  limit?: number;
+  /** Backoff after failures: base doubling to max, +/-20 % jitter (default 200 ms .. 30 s). */
+  backoffBaseMs?: number;
+  backoffMaxMs?: number;
+  /** A watch silent this long (no event, no bookmark) is restarted (default 5 min). */
+  idleTimeoutMs?: number;
+  /** healthy() turns false after this many consecutive failures (default 3). */
+  unhealthyAfterFailures?: number;
+  /** Jitter source (tests). */
+  random?: () => number;
+}
+
+export class Reflector<T extends KubeObject = KubeObject> {
+  readonly state = new ReflectorState<T>();
+  readonly #o: ReflectorOptions<T>;
+  readonly #clock: Clock;
+  readonly #log: Logger;
+  #abort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+  #failures = 0;
+  #synced = false;
+  #syncWaiters: Array<() => void> = [];
+  /** Clock time of the last successful list, event or bookmark (0: never). */
+  lastSyncTime = 0;
+  /** Number of lists done (the first one and every relist). */
+  lists = 0;
+
+  constructor(o: ReflectorOptions<T>) {
+    this.#o = o;
+    this.#clock = o.clock ?? realClock;
+    this.#log = o.logger.child({ component: 'reflector', resource: o.type.resource });
+  }
+
+  /** True after the first list was delivered and while failures stay below the threshold. */
+  healthy(): boolean {
+    return this.#synced && this.#failures < (this.#o.unhealthyAfterFailures ?? 3);
+  }
+
+  get hasSynced(): boolean {
+    return this.#synced;
+  }
+
+  /** Consecutive failures since the last success. */
+  get failures(): number {
+    return this.#failures;
+  }
+
+  /** Resolves once the first replace was delivered. */
+  waitForSync(): Promise<void> {
+    if (this.#synced) return Promise.resolve();
+    return new Promise((resolve) => this.#syncWaiters.push(resolve));
+  }
+
+  /** Starts the loop; idempotent. */
+  start(): void {
+    if (this.#loop) return;
+    this.#abort = new AbortController();
+    this.#loop = this.#run(this.#abort.signal);
+  }
+
+  /** Stops the loop and waits for it to end; idempotent. */
+  async stop(): Promise<void> {
+    this.#abort?.abort();
+    await this.#loop;
+    this.#loop = undefined;
+  }
+
+  #emit(ev: ReflectorEvent<T>): void {
+    try {
+      this.#o.onEvent(ev);
+    } catch (err) {
+      this.#log.error({ err: errorMessage(err), event: ev.type }, 'consumer failed on an event; continuing');
+    }
+  }
+
+  async #list(signal: AbortSignal): Promise<void> {
+    const { items, resourceVersion } = await this.#o.client.listAll<T>(this.#o.type, {
+      ...(this.#o.namespace ? { namespace: this.#o.namespace } : {}),
+      ...(this.#o.labelSelector ? { labelSelector: this.#o.labelSelector } : {}),
+      ...(this.#o.fieldSelector ? { fieldSelector: this.#o.fieldSelector } : {}),
+      limit: this.#o.limit ?? 500,
+      signal,
+    });
+    this.#emit(this.state.replace(items, resourceVersion));
+    this.lists++;
+    this.#succeeded();
+    if (!this.#synced) {
+      this.#synced = true;
+      for (const w of this.#syncWaiters.splice(0)) w();
+    }
+  }
+
+  #succeeded(): void {
+    this.#failures = 0;
+    this.lastSyncTime = this.#clock.now();
+  }
+
+  /** Watches from the store's resourceVersion until the stream ends (returns) or fails (throws). Returns the number of events received. */
+  async #watch(signal: AbortSignal): Promise<number> {
+    const idleMs = this.#o.idleTimeoutMs ?? 300_000;
+    const ctl = new AbortController();
+    const both = AbortSignal.any([signal, ctl.signal]);
+    let last = this.#clock.now();
+    // Idle timer on the injected clock: restart a watch that has gone silent.
+    const idle = (async () => {
+      while (!both.aborted) {
+        const wait = last + idleMs - this.#clock.now();
+        if (wait <= 0) {
+          this.#log.info({ idleMs }, 'watch silent too long; restarting it');
+          ctl.abort();
+          return;
+        }
+        await this.#clock.sleep(wait, both).catch(() => undefined);
+      }
+    })();
+    let received = 0;
+    try {
+      const events = await this.#o.client.watch<T>(this.#o.type, {
+        ...(this.#o.namespace ? { namespace: this.#o.namespace } : {}),
+        ...(this.#o.labelSelector ? { labelSelector: this.#o.labelSelector } : {}),
+        ...(this.#o.fieldSelector ? { fieldSelector: this.#o.fieldSelector } : {}),
+        resourceVersion: this.state.resourceVersion,
+        allowWatchBookmarks: true,
+        signal: both,
+      });
+      for await (const ev of events) {
+        received++;
+        last = this.#clock.now();
+        const out = this.state.apply(ev);
+        this.#succeeded();
+        if (out) this.#emit(out);
+      }
+    } catch (err) {
+      if (ctl.signal.aborted && !signal.aborted) return received; // idle: resume
+      throw err;
+    } finally {
+      ctl.abort();
+      await idle;
+    }
+    return received;
+  }
+
+  async #run(signal: AbortSignal): Promise<void> {
+    let needList = true;
+    let gones = 0;
+    while (!signal.aborted) {
+      try {
+        if (needList) {
+          await this.#list(signal);
+          needList = false;
+        }
+        const received = await this.#watch(signal);
+        // The server closed the stream: resume from the last version seen. A stream that
+        // closed without saying anything counts as a failure, so a server that keeps doing
+        // that is not hammered.
+        if (received > 0) {
+          gones = 0;
+          continue;
+        }
+        if (signal.aborted) break;
+        this.#failures++;
+      } catch (err) {
+        if (signal.aborted) break;
+        if (isNodeletError(err, 'GONE')) {
+          this.#log.info({ resourceVersion: this.state.resourceVersion, err: errorMessage(err) }, 'resourceVersion expired; listing again');
+          needList = true;
+          // One relist at once; a server answering 410 again and again gets the backoff.
+          if (++gones === 1) continue;
+        }
+        this.#failures++;
+        if (this.#failures === 1 || this.#failures % 10 === 0) {
+          this.#log.warn({ err: errorMessage(err), failures: this.#failures }, 'control plane fault; retrying');
+        }
+      }
+      const delay = backoffDelay(this.#failures - 1, this.#o.backoffBaseMs ?? 200, this.#o.backoffMaxMs ?? 30_000, 0.2, this.#o.random);
+      await this.#clock.sleep(delay, signal).catch(() => undefined);
+    }
+  }
+}
