@@ -88,8 +88,11 @@ export class ReflectorState<T extends KubeObject> {
   }
 }
 
+/** What the reflector needs of a client: ControlPlaneClient, or a fake with the same methods. */
+export type ReflectorClient = Pick<ControlPlaneClient, 'listAll' | 'watch'>;
+
 export interface ReflectorOptions<T extends KubeObject> {
-  client: ControlPlaneClient;
+  client: ReflectorClient;
   type: ResourceType;
   /** Receives every change, in order. Called synchronously from the loop. */
   onEvent: (ev: ReflectorEvent<T>) => void;
@@ -103,7 +106,7 @@ export interface ReflectorOptions<T extends KubeObject> {
   /** Backoff after failures: base doubling to max, +/-20 % jitter (default 200 ms .. 30 s). */
   backoffBaseMs?: number;
   backoffMaxMs?: number;
-  /** A watch silent this long (no event, no bookmark) is restarted (default 5 min). */
+  /** A watch silent this long (no event, no bookmark) is restarted (default 5 min; 0: never). */
   idleTimeoutMs?: number;
   /** healthy() turns false after this many consecutive failures (default 3). */
   unhealthyAfterFailures?: number;
@@ -204,7 +207,7 @@ export class Reflector<T extends KubeObject = KubeObject> {
     let last = this.#clock.now();
     // Idle timer on the injected clock: restart a watch that has gone silent.
     const idle = (async () => {
-      while (!both.aborted) {
+      while (idleMs > 0 && !both.aborted) {
         const wait = last + idleMs - this.#clock.now();
         if (wait <= 0) {
           this.#log.info({ idleMs }, 'watch silent too long; restarting it');

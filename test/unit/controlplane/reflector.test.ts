@@ -1,0 +1,167 @@
+import { describe, expect, it } from 'vitest';
+import type { Clock } from '../../../src/clock.js';
+import type { KubeObject, ListOptions, WatchEvent, WatchOptions } from '../../../src/controlplane/client.js';
+import { PODS } from '../../../src/controlplane/client.js';
+import { Reflector, ReflectorState, type ReflectorClient, type ReflectorEvent } from '../../../src/controlplane/reflector.js';
+import { NodeletError } from '../../../src/errors.js';
+import { silentLogger } from '../../../src/log.js';
+
+const obj = (name: string, rv: string, extra: Record<string, unknown> = {}): KubeObject => ({ metadata: { name, namespace: 'ns', resourceVersion: rv }, ...extra });
+
+describe('ReflectorState', () => {
+  it('replace sets the store and the version', () => {
+    const s = new ReflectorState();
+    expect(s.replace([obj('a', '1'), obj('b', '2')], '5')).toEqual({ type: 'replace', items: [obj('a', '1'), obj('b', '2')], resourceVersion: '5' });
+    expect([s.size, s.resourceVersion]).toEqual([2, '5']);
+  });
+
+  const table: Array<[string, WatchEvent[], Array<ReflectorEvent<KubeObject> | undefined>, string, string[]]> = [
+    ['add then update', [{ type: 'ADDED', object: obj('c', '6') }, { type: 'MODIFIED', object: obj('c', '7') }], [{ type: 'add', object: obj('c', '6') }, { type: 'update', object: obj('c', '7'), old: obj('c', '6') }], '7', ['a', 'b', 'c']],
+    ['replayed event (same rv) is dropped', [{ type: 'MODIFIED', object: obj('a', '1') }], [undefined], '1', ['a', 'b']],
+    ['bookmark moves the version only', [{ type: 'BOOKMARK', object: { metadata: { resourceVersion: '9' } } }], [undefined], '9', ['a', 'b']],
+    ['delete of a known object', [{ type: 'DELETED', object: obj('a', '8') }], [{ type: 'delete', object: obj('a', '8') }], '8', ['b']],
+    ['delete of an unknown object is dropped (already gone)', [{ type: 'DELETED', object: obj('z', '8') }], [undefined], '8', ['a', 'b']],
+    ['ADDED for a known object with a new rv is an update', [{ type: 'ADDED', object: obj('b', '6') }], [{ type: 'update', object: obj('b', '6'), old: obj('b', '2') }], '6', ['a', 'b']],
+    ['MODIFIED for an unknown object is an add', [{ type: 'MODIFIED', object: obj('d', '6') }], [{ type: 'add', object: obj('d', '6') }], '6', ['a', 'b', 'd']],
+  ];
+  it.each(table)('%s', (_n, events, want, rv, names) => {
+    const s = new ReflectorState();
+    s.replace([obj('a', '1'), obj('b', '2')], '5');
+    expect(events.map((e) => s.apply(e))).toEqual(want);
+    expect(s.resourceVersion).toBe(rv);
+    expect(s.items().map((o) => o.metadata!.name).sort()).toEqual(names);
+  });
+});
+
+/** A clock whose sleeps are recorded and end on the next macrotask, so backoff is observable without waiting. */
+class StepClock implements Clock {
+  t = 1_000_000;
+  sleeps: number[] = [];
+  now(): number {
+    return this.t;
+  }
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    this.sleeps.push(ms);
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(signal.reason);
+      setImmediate(() => {
+        this.t += ms;
+        resolve();
+      });
+    });
+  }
+}
+
+type Step = { items: KubeObject[]; rv: string } | Error;
+type WatchStep = { events: WatchEvent[]; end: 'close' | 'hang' | Error } | Error;
+
+/** A scripted client: each listAll/watch call takes the next step and records its arguments. */
+class ScriptedClient implements ReflectorClient {
+  listCalls: ListOptions[] = [];
+  watchCalls: WatchOptions[] = [];
+  constructor(
+    private lists: Step[],
+    private watches: WatchStep[],
+  ) {}
+  async listAll<T extends KubeObject>(_t: unknown, o: ListOptions = {}): Promise<{ items: T[]; resourceVersion: string }> {
+    this.listCalls.push(o);
+    const s = this.lists.shift() ?? new NodeletError('UNAVAILABLE', 'script ended');
+    if (s instanceof Error) throw s;
+    return { items: s.items as T[], resourceVersion: s.rv };
+  }
+  async watch<T extends KubeObject>(_t: unknown, o: WatchOptions = {}): Promise<AsyncIterable<WatchEvent<T>>> {
+    this.watchCalls.push(o);
+    const s = this.watches.shift() ?? { events: [], end: 'hang' as const };
+    if (s instanceof Error) throw s;
+    return (async function* () {
+      for (const e of s.events) yield e as WatchEvent<T>;
+      if (s.end instanceof Error) throw s.end;
+      if (s.end === 'hang') {
+        await new Promise((_, reject) => o.signal?.addEventListener('abort', () => reject(new NodeletError('CANCELLED', 'aborted')), { once: true }));
+      }
+    })();
+  }
+}
+
+describe('Reflector loop', () => {
+  it('retries faults with backoff, resumes from the last version, relists on 410, never duplicates', async () => {
+    const client = new ScriptedClient(
+      [new NodeletError('UNAVAILABLE', 'connect ECONNREFUSED'), { items: [obj('a', '1')], rv: '2' }, { items: [obj('b', '4')], rv: '6' }],
+      [
+        { events: [{ type: 'MODIFIED', object: obj('a', '3') }], end: new NodeletError('UNAVAILABLE', 'socket reset') },
+        { events: [{ type: 'MODIFIED', object: obj('a', '3') }, { type: 'ADDED', object: obj('b', '4') }, { type: 'BOOKMARK', object: { metadata: { resourceVersion: '5' } } }], end: 'close' },
+        new NodeletError('GONE', 'too old resource version'),
+        { events: [{ type: 'ADDED', object: obj('c', '7') }], end: 'hang' },
+      ],
+    );
+    const clock = new StepClock();
+    const events: Array<ReflectorEvent<KubeObject>> = [];
+    const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 0, random: () => 0.5, onEvent: (e) => events.push(e) });
+    expect(r.healthy()).toBe(false);
+    r.start();
+    await r.waitForSync();
+    for (let i = 0; i < 100 && events.length < 5; i++) await new Promise((res) => setImmediate(res));
+    expect(events).toEqual([
+      { type: 'replace', items: [obj('a', '1')], resourceVersion: '2' },
+      { type: 'update', object: obj('a', '3'), old: obj('a', '1') },
+      { type: 'add', object: obj('b', '4') },
+      { type: 'replace', items: [obj('b', '4')], resourceVersion: '6' },
+      { type: 'add', object: obj('c', '7') },
+    ]);
+    expect(client.watchCalls.map((w) => [w.resourceVersion, w.allowWatchBookmarks])).toEqual([
+      ['2', true],
+      ['3', true],
+      ['5', true],
+      ['6', true],
+    ]);
+    // Backoff after the refused list and after the reset watch (base 200 ms, jitter 0 at rand 0.5); none for the first 410.
+    expect(clock.sleeps).toEqual([200, 200]);
+    expect([r.healthy(), r.lists, r.failures, r.lastSyncTime]).toEqual([true, 2, 0, clock.t]);
+    await r.stop();
+  });
+
+  it('backs off exponentially up to the maximum while the control plane is down, and stays unhealthy', async () => {
+    const down = () => new NodeletError('UNAVAILABLE', 'connect ECONNREFUSED');
+    const client = new ScriptedClient(Array.from({ length: 8 }, down), []);
+    const clock = new StepClock();
+    const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 0, random: () => 0.5, backoffBaseMs: 100, backoffMaxMs: 1000, onEvent: () => undefined });
+    r.start();
+    for (let i = 0; i < 100 && clock.sleeps.length < 7; i++) await new Promise((res) => setImmediate(res));
+    await r.stop();
+    expect(clock.sleeps.slice(0, 7)).toEqual([100, 200, 400, 800, 1000, 1000, 1000]);
+    expect(r.healthy()).toBe(false);
+    expect(r.hasSynced).toBe(false);
+  });
+
+  it('a consumer that throws does not stop the reflector', async () => {
+    const client = new ScriptedClient([{ items: [obj('a', '1')], rv: '1' }], [{ events: [{ type: 'ADDED', object: obj('b', '2') }], end: 'hang' }]);
+    const seen: string[] = [];
+    const r = new Reflector({
+      client,
+      type: PODS,
+      clock: new StepClock(),
+      logger: silentLogger(),
+      idleTimeoutMs: 0,
+      onEvent: (e) => {
+        seen.push(e.type);
+        if (e.type === 'replace') throw new Error('consumer bug');
+      },
+    });
+    r.start();
+    for (let i = 0; i < 100 && seen.length < 2; i++) await new Promise((res) => setImmediate(res));
+    await r.stop();
+    expect(seen).toEqual(['replace', 'add']);
+  });
+
+  it('restarts a watch that stays silent past idleTimeoutMs, from the same version', async () => {
+    const client = new ScriptedClient([{ items: [], rv: '3' }], [{ events: [], end: 'hang' }, { events: [{ type: 'ADDED', object: obj('x', '4') }], end: 'hang' }]);
+    const clock = new StepClock();
+    const seen: Array<ReflectorEvent<KubeObject>> = [];
+    const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 60_000, onEvent: (e) => seen.push(e) });
+    r.start();
+    for (let i = 0; i < 200 && seen.length < 2; i++) await new Promise((res) => setImmediate(res));
+    await r.stop();
+    expect(client.watchCalls.map((w) => w.resourceVersion)).toEqual(['3', '3']);
+    expect(seen.at(-1)).toEqual({ type: 'add', object: obj('x', '4') });
+  });
+});
