@@ -55,11 +55,11 @@ export function resourcePath(t: ResourceType, ref: ObjectRef = {}): string {
   return p;
 }
 
+/** The least the client needs of an object; kubernetes-types objects (Pod, Node, Lease) fit. */
 export interface KubeObject {
   apiVersion?: string;
   kind?: string;
-  metadata?: { name?: string; namespace?: string; resourceVersion?: string; uid?: string; [k: string]: unknown };
-  [k: string]: unknown;
+  metadata?: { name?: string; namespace?: string; resourceVersion?: string; uid?: string };
 }
 
 export interface ListResult<T> {
