@@ -131,3 +131,14 @@ export async function eventually<T>(fn: () => T | Promise<T>, timeoutMs = 10_000
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
+
+/**
+ * Writes a KubeletConfiguration for a test nodelet at `<dir>/kubelet.yaml` and returns its
+ * path: the header, then one `key: value` line per field (values are YAML flow text).
+ */
+export function writeKubeletConfig(dir: string, fields: Record<string, string | number | boolean>): string {
+  const file = path.join(dir, 'kubelet.yaml');
+  const lines = ['apiVersion: kubelet.config.k8s.io/v1beta1', 'kind: KubeletConfiguration', ...Object.entries(fields).map(([k, v]) => `${k}: ${v}`), ''];
+  fs.writeFileSync(file, lines.join('\n'));
+  return file;
+}

@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, runNodelet, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, freePort, runNodelet, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
 import { request } from '../server/client.js';
 import { createTestCa, type Issued } from '../server/pki.js';
 
@@ -34,23 +34,17 @@ beforeAll(async () => {
   );
   port = await freePort();
   const readOnlyPort = await freePort();
-  fs.writeFileSync(
-    path.join(dir, 'kubelet.yaml'),
-    [
-      'apiVersion: kubelet.config.k8s.io/v1beta1',
-      'kind: KubeletConfiguration',
-      `containerRuntimeEndpoint: unix://${cri.socketPath}`,
-      `staticPodPath: ${path.join(dir, 'manifests')}`,
-      `podLogsDir: ${path.join(dir, 'logs')}`,
-      'address: 127.0.0.1',
-      `port: ${port}`,
-      `readOnlyPort: ${readOnlyPort}`,
-      'healthzPort: 0',
-      `authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
-      'authorization: {mode: AlwaysAllow}',
-      '',
-    ].join('\n'),
-  );
+  writeKubeletConfig(dir, {
+    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
+    staticPodPath: path.join(dir, 'manifests'),
+    podLogsDir: path.join(dir, 'logs'),
+    address: '127.0.0.1',
+    port,
+    readOnlyPort,
+    healthzPort: 0,
+    authentication: `{anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
+    authorization: '{mode: AlwaysAllow}',
+  });
   nodelet = startNodelet([
     '--config', path.join(dir, 'kubelet.yaml'),
     '--root-dir', path.join(dir, 'root'),

@@ -15,7 +15,7 @@ import { KubeClient, LEASES, NODES, PODS, resourcePath } from '../../../src/kube
 import { loadKubeconfig } from '../../../src/kube/kubeconfig.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { eventually, freePort, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
 import { request } from '../server/client.js';
 
 let cp: ControlPlane;
@@ -36,23 +36,17 @@ beforeAll(async () => {
   api = new KubeClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
   port = await freePort();
   readOnlyPort = await freePort();
-  fs.writeFileSync(
-    path.join(dir, 'kubelet.yaml'),
-    [
-      'apiVersion: kubelet.config.k8s.io/v1beta1',
-      'kind: KubeletConfiguration',
-      `containerRuntimeEndpoint: unix://${cri.socketPath}`,
-      `podLogsDir: ${path.join(dir, 'logs')}`,
-      'address: 127.0.0.1',
-      `port: ${port}`,
-      `readOnlyPort: ${readOnlyPort}`,
-      'healthzPort: 0',
-      'nodeLeaseDurationSeconds: 4',
-      'nodeStatusUpdateFrequency: 1s',
-      // The v1beta1 defaults: webhook authentication and Webhook authorization.
-      '',
-    ].join('\n'),
-  );
+  // The v1beta1 defaults otherwise: webhook authentication and Webhook authorization.
+  writeKubeletConfig(dir, {
+    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
+    podLogsDir: path.join(dir, 'logs'),
+    address: '127.0.0.1',
+    port,
+    readOnlyPort,
+    healthzPort: 0,
+    nodeLeaseDurationSeconds: 4,
+    nodeStatusUpdateFrequency: '1s',
+  });
   nodelet = startNodelet([
     '--config', path.join(dir, 'kubelet.yaml'),
     '--kubeconfig', path.join(dir, 'kubelet.kubeconfig'),

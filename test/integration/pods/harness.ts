@@ -8,7 +8,7 @@ import path from 'node:path';
 import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { ensureContainerd } from '../../helpers/containerd.js';
-import { eventually, freePort, startNodelet, tempDir, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
 
 /** Base directory of the containerd the pod tests own. */
 export const PODS_CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-pods';
@@ -40,24 +40,17 @@ export async function startPodNode(): Promise<PodNode> {
   fs.mkdirSync(manifests);
   const readOnlyPort = await freePort();
   const port = await freePort();
-  const config = path.join(dir, 'kubelet.yaml');
-  fs.writeFileSync(
-    config,
-    [
-      'apiVersion: kubelet.config.k8s.io/v1beta1',
-      'kind: KubeletConfiguration',
-      `staticPodPath: ${manifests}`,
-      `containerRuntimeEndpoint: ${endpoint}`,
-      `podLogsDir: ${logsDir}`,
-      `readOnlyPort: ${readOnlyPort}`,
-      `port: ${port}`,
-      'address: 127.0.0.1',
-      'healthzPort: 0',
-      'authentication: {webhook: {enabled: false}, anonymous: {enabled: false}}',
-      'authorization: {mode: AlwaysAllow}',
-      '',
-    ].join('\n'),
-  );
+  const config = writeKubeletConfig(dir, {
+    staticPodPath: manifests,
+    containerRuntimeEndpoint: endpoint,
+    podLogsDir: logsDir,
+    readOnlyPort,
+    port,
+    address: '127.0.0.1',
+    healthzPort: 0,
+    authentication: '{webhook: {enabled: false}, anonymous: {enabled: false}}',
+    authorization: '{mode: AlwaysAllow}',
+  });
   const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME];
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
   const node: PodNode = {
