@@ -15,7 +15,7 @@ import { Daemon, type NodeletFlags } from './daemon.js';
 import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedConfig } from './config/index.js';
 
 import { VERSION } from './version.js';
-import { controlPlanePorts } from './kube/ports.js';
+import { controlPlanePorts } from './controlplane/ports.js';
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {

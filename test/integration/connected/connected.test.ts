@@ -11,8 +11,8 @@ import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node, Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCriClient } from '../../../src/runtime/cri-client.js';
-import { KubeClient, LEASES, NODES, PODS, resourcePath } from '../../../src/kube/client.js';
-import { loadKubeconfig } from '../../../src/kube/kubeconfig.js';
+import { ControlPlaneClient, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
+import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
@@ -21,7 +21,7 @@ import { request } from '../server/client.js';
 let cp: ControlPlane;
 let cri: FakeRuntime;
 let nodelet: NodeletProcess;
-let api: KubeClient;
+let api: ControlPlaneClient;
 let dir: string;
 let port: number;
 let readOnlyPort: number;
@@ -33,7 +33,7 @@ beforeAll(async () => {
   dir = tempDir('nodelet-connected-');
   cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: 'system:node:n1', groups: ['system:nodes'] });
   cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
-  api = new KubeClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
+  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
   port = await freePort();
   readOnlyPort = await freePort();
   // The v1beta1 defaults otherwise: webhook authentication and Webhook authorization.
@@ -72,7 +72,7 @@ describe('nodelet connected to a control plane', () => {
   it('says it runs connected, registers its Node with the kubelet labels, and reports it Ready', async () => {
     expect(nodelet.records.find((r) => /starting nodelet in connected mode/.test(r.msg))).toBeTruthy();
     const node = await eventually(async () => {
-      const n = await api.do<Node>('GET', resourcePath(NODES, { name: 'n1' })).catch(() => undefined);
+      const n = await api.get<Node>(NODES, { name: 'n1' }).catch(() => undefined);
       return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? n : undefined;
     }, 15_000);
     expect(node.metadata!.labels).toMatchObject({ 'kubernetes.io/hostname': 'n1', 'kubernetes.io/os': 'linux' });
@@ -82,13 +82,13 @@ describe('nodelet connected to a control plane', () => {
   });
 
   it('renews kube-node-lease/n1, owned by its Node', async () => {
-    const first = await eventually(() => api.do<Lease>('GET', resourcePath(LEASES, { namespace: 'kube-node-lease', name: 'n1' })).catch(() => undefined), 15_000);
-    const node = await api.do<Node>('GET', resourcePath(NODES, { name: 'n1' }));
+    const first = await eventually(() => api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' }).catch(() => undefined), 15_000);
+    const node = await api.get<Node>(NODES, { name: 'n1' });
     expect(first.spec).toMatchObject({ holderIdentity: 'n1', leaseDurationSeconds: 4 });
     expect(first.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: node.metadata!.uid }]);
     // 4 s lease: renewed about every second.
     await eventually(async () => {
-      const l = await api.do<Lease>('GET', resourcePath(LEASES, { namespace: 'kube-node-lease', name: 'n1' }));
+      const l = await api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' });
       return l.spec!.renewTime !== first.spec!.renewTime;
     }, 5_000);
   });
@@ -100,9 +100,9 @@ describe('nodelet connected to a control plane', () => {
       metadata: { name: 'api-pod', namespace: 'default' },
       spec: { nodeName: 'n1', hostNetwork: true, terminationGracePeriodSeconds: 0, containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }] },
     };
-    const created = await api.do<Pod>('POST', resourcePath(PODS, { namespace: 'default' }), { body: pod });
+    const created = await api.create<Pod>(PODS, pod);
     // A pod bound to another node is not ours.
-    await api.do('POST', resourcePath(PODS, { namespace: 'default' }), { body: { ...pod, metadata: { name: 'elsewhere', namespace: 'default' }, spec: { ...pod.spec, nodeName: 'n2' } } });
+    await api.create<Pod>(PODS, { ...pod, metadata: { name: 'elsewhere', namespace: 'default' }, spec: { ...pod.spec!, nodeName: 'n2' } });
     const running = await eventually(async () => (await nodePods()).find((p) => p.metadata!.name === 'api-pod' && p.status?.phase === 'Running'), 15_000);
     expect(running.metadata!.uid).toBe(created.metadata!.uid);
     expect((await nodePods()).some((p) => p.metadata!.name === 'elsewhere')).toBe(false);
@@ -110,7 +110,7 @@ describe('nodelet connected to a control plane', () => {
     try {
       const sel = { labelSelector: { 'io.kubernetes.pod.uid': created.metadata!.uid! } };
       expect((await runtime.listPodSandbox(sel)).length).toBe(1);
-      await api.do('DELETE', resourcePath(PODS, { namespace: 'default', name: 'api-pod' }));
+      await api.delete(PODS, { namespace: 'default', name: 'api-pod' });
       await eventually(async () => !(await nodePods()).some((p) => p.metadata!.name === 'api-pod'), 15_000);
       await eventually(async () => (await runtime.listPodSandbox(sel)).length === 0, 15_000);
     } finally {
