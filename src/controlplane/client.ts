@@ -172,23 +172,44 @@ export class ControlPlaneClient {
     return `${this.server}${path}${s ? `?${s}` : ''}`;
   }
 
-  /** Sends one request; resolves with the answer (any status) or throws a transport NodeletError. */
-  async #send(r: Req, stream: boolean): Promise<Dispatcher.ResponseData> {
-    const timeout = stream ? undefined : AbortSignal.timeout(r.timeoutMs ?? this.#timeoutMs);
-    const signals = [r.signal, timeout].filter((s): s is AbortSignal => !!s);
-    const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
+  /**
+   * Sends one request; resolves with the answer (any status) and `done`, which the caller
+   * calls once the body is consumed (the deadline and the caller's abort cover the body too).
+   * A stream (watch) has no deadline and is aborted by the caller's signal alone.
+   */
+  async #send(r: Req, stream: boolean): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
+    // Own controller + timer rather than AbortSignal.any/timeout, so the deadline is ours to
+    // report and nothing depends on derived signals staying alive.
+    const ctl = new AbortController();
+    let timedOut = false;
+    const ms = r.timeoutMs ?? this.#timeoutMs;
+    const timer = stream
+      ? undefined
+      : setTimeout(() => {
+          timedOut = true;
+          ctl.abort(new NodeletError('DEADLINE_EXCEEDED', `${r.method} ${r.path}: no answer within ${ms} ms`));
+        }, ms);
+    const onAbort = () => ctl.abort(r.signal?.reason);
+    if (r.signal?.aborted) onAbort();
+    else r.signal?.addEventListener('abort', onAbort, { once: true });
+    const done = () => {
+      clearTimeout(timer);
+      r.signal?.removeEventListener('abort', onAbort);
+    };
     try {
-      return await request(this.#url(r.path, r.query), {
+      const res = await request(this.#url(r.path, r.query), {
         method: r.method,
         dispatcher: this.#agent,
         headers: { ...this.#headers, ...(r.body !== undefined ? { 'content-type': r.contentType ?? 'application/json' } : {}) },
         ...(r.body !== undefined ? { body: JSON.stringify(r.body) } : {}),
-        ...(signal ? { signal } : {}),
+        signal: ctl.signal,
         // A watch is quiet for long stretches; undici's default 5 min body timeout would cut it.
         ...(stream ? { bodyTimeout: 0 } : {}),
       });
+      return { res, done };
     } catch (err) {
-      throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: !!timeout?.aborted });
+      done();
+      throw transportError(timedOut ? ctl.signal.reason : err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut });
     }
   }
 
@@ -215,12 +236,14 @@ export class ControlPlaneClient {
 
   /** One JSON request; 2xx -> the decoded body, otherwise the mapped NodeletError. */
   async request<T>(r: Req): Promise<T> {
-    const res = await this.#send(r, false);
+    const { res, done } = await this.#send(r, false);
     let text: string;
     try {
       text = await ControlPlaneClient.#text(res);
     } catch (err) {
       throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: false });
+    } finally {
+      done();
     }
     const body = ControlPlaneClient.#parse(text);
     if (res.statusCode < 200 || res.statusCode >= 300) throw decodeStatus(res.statusCode, body, { method: r.method, path: r.path, retryAfter: res.headers['retry-after'] });
@@ -330,9 +353,10 @@ export class ControlPlaneClient {
       labelSelector: o.labelSelector,
       fieldSelector: o.name ? [`metadata.name=${o.name}`, o.fieldSelector].filter(Boolean).join(',') : o.fieldSelector,
     };
-    const res = await this.#send({ method: 'GET', path, query, signal: o.signal }, true);
+    const { res, done } = await this.#send({ method: 'GET', path, query, signal: o.signal }, true);
     if (res.statusCode < 200 || res.statusCode >= 300) {
       const text = await ControlPlaneClient.#text(res).catch(() => '');
+      done();
       throw decodeStatus(res.statusCode, ControlPlaneClient.#parse(text), { method: 'GET', path, retryAfter: res.headers['retry-after'] });
     }
     const body = ControlPlaneClient.#body(res);
@@ -366,6 +390,7 @@ export class ControlPlaneClient {
         if (err instanceof NodeletError) throw err;
         throw transportError(err, { method: 'WATCH', path, cancelled: !!signal?.aborted, timedOut: false });
       } finally {
+        done();
         body.destroy();
       }
       if (buf.trim()) yield decodeLine(buf.trim());

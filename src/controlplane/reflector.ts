@@ -9,7 +9,7 @@
  * - Events are deduplicated against the store (resourceVersions compared for equality only,
  *   as the spec requires): a replayed event the store already reflects is not passed on.
  * - Faults never escape: each is logged and retried after a bounded exponential backoff with
- *   jitter on the injected Clock. A consumer that throws is logged; the reflector continues.
+ *   jitter on the injected Clock (at least the server's Retry-After, capped by the maximum). A consumer that throws is logged; the reflector continues.
  *
  * Lifecycle: construct (starts nothing), `start()`, `stop()`. `healthy()` and
  * `lastSyncTime` serve health checks; `waitForSync()` resolves after the first replace.
@@ -202,15 +202,23 @@ export class Reflector<T extends KubeObject = KubeObject> {
   /** Watches from the store's resourceVersion until the stream ends (returns) or fails (throws). Returns the number of events received. */
   async #watch(signal: AbortSignal): Promise<number> {
     const idleMs = this.#o.idleTimeoutMs ?? 300_000;
+    // A child controller linked by a listener (not AbortSignal.any, whose derived signals
+    // Node 20 may collect while a stream still waits on them).
     const ctl = new AbortController();
-    const both = AbortSignal.any([signal, ctl.signal]);
+    const both = ctl.signal;
+    const onStop = () => ctl.abort(signal.reason);
+    // stop() may have come while the list was in flight: an aborted signal fires no event.
+    if (signal.aborted) onStop();
+    else signal.addEventListener('abort', onStop, { once: true });
     let last = this.#clock.now();
+    let idled = false;
     // Idle timer on the injected clock: restart a watch that has gone silent.
     const idle = (async () => {
       while (idleMs > 0 && !both.aborted) {
         const wait = last + idleMs - this.#clock.now();
         if (wait <= 0) {
           this.#log.info({ idleMs }, 'watch silent too long; restarting it');
+          idled = true;
           ctl.abort();
           return;
         }
@@ -235,9 +243,10 @@ export class Reflector<T extends KubeObject = KubeObject> {
         if (out) this.#emit(out);
       }
     } catch (err) {
-      if (ctl.signal.aborted && !signal.aborted) return received; // idle: resume
+      if (idled && !signal.aborted) return received; // silent too long: resume
       throw err;
     } finally {
+      signal.removeEventListener('abort', onStop);
       ctl.abort();
       await idle;
     }
@@ -248,10 +257,12 @@ export class Reflector<T extends KubeObject = KubeObject> {
     let needList = true;
     let gones = 0;
     while (!signal.aborted) {
+      let retryAfterMs = 0;
       try {
         if (needList) {
           await this.#list(signal);
           needList = false;
+          if (signal.aborted) break;
         }
         const received = await this.#watch(signal);
         // The server closed the stream: resume from the last version seen. A stream that
@@ -272,11 +283,15 @@ export class Reflector<T extends KubeObject = KubeObject> {
           if (++gones === 1) continue;
         }
         this.#failures++;
+        // 429 and 504 carry Retry-After: wait at least that long (still capped by the maximum).
+        const ra = isNodeletError(err) ? err.details.retryAfterSeconds : undefined;
+        if (typeof ra === 'number') retryAfterMs = ra * 1000;
         if (this.#failures === 1 || this.#failures % 10 === 0) {
           this.#log.warn({ err: errorMessage(err), failures: this.#failures }, 'control plane fault; retrying');
         }
       }
-      const delay = backoffDelay(this.#failures - 1, this.#o.backoffBaseMs ?? 200, this.#o.backoffMaxMs ?? 30_000, 0.2, this.#o.random);
+      const maxMs = this.#o.backoffMaxMs ?? 30_000;
+      const delay = Math.max(backoffDelay(this.#failures - 1, this.#o.backoffBaseMs ?? 200, maxMs, 0.2, this.#o.random), Math.min(retryAfterMs, maxMs));
       await this.#clock.sleep(delay, signal).catch(() => undefined);
     }
   }

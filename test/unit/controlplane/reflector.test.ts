@@ -77,7 +77,10 @@ class ScriptedClient implements ReflectorClient {
       for (const e of s.events) yield e as WatchEvent<T>;
       if (s.end instanceof Error) throw s.end;
       if (s.end === 'hang') {
-        await new Promise((_, reject) => o.signal?.addEventListener('abort', () => reject(new NodeletError('CANCELLED', 'aborted')), { once: true }));
+        await new Promise((_, reject) => {
+          if (o.signal?.aborted) reject(new NodeletError('CANCELLED', 'aborted'));
+          o.signal?.addEventListener('abort', () => reject(new NodeletError('CANCELLED', 'aborted')), { once: true });
+        });
       }
     })();
   }
@@ -131,6 +134,36 @@ describe('Reflector loop', () => {
     expect(clock.sleeps.slice(0, 7)).toEqual([100, 200, 400, 800, 1000, 1000, 1000]);
     expect(r.healthy()).toBe(false);
     expect(r.hasSynced).toBe(false);
+  });
+
+  it('waits at least the Retry-After of a 429 or 504, capped by the maximum', async () => {
+    const client = new ScriptedClient(
+      [
+        new NodeletError('TOO_MANY_REQUESTS', 'slow down', { status: 429, retryAfterSeconds: 3 }),
+        new NodeletError('UNAVAILABLE', 'Too large resource version', { status: 504, retryAfterSeconds: 600 }),
+        { items: [], rv: '1' },
+      ],
+      [],
+    );
+    const clock = new StepClock();
+    const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 0, random: () => 0.5, backoffMaxMs: 30_000, onEvent: () => undefined });
+    r.start();
+    await r.waitForSync();
+    await r.stop();
+    expect(clock.sleeps).toEqual([3000, 30_000]);
+  });
+
+  it('stop() during the first list ends the loop without starting a watch', async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    const client = new ScriptedClient([{ items: [obj('a', '1')], rv: '1' }], []);
+    const slow: ReflectorClient = { listAll: async (t, o) => (await gate, client.listAll(t, o)), watch: (t, o) => client.watch(t, o) };
+    const r = new Reflector({ client: slow, type: PODS, clock: new StepClock(), logger: silentLogger(), idleTimeoutMs: 0, onEvent: () => undefined });
+    r.start();
+    const stopped = r.stop();
+    release();
+    await stopped;
+    expect(client.watchCalls).toHaveLength(0);
   });
 
   it('a consumer that throws does not stop the reflector', async () => {
