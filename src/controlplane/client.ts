@@ -362,30 +362,8 @@ export class ControlPlaneClient {
     const body = ControlPlaneClient.#body(res);
     const signal = o.signal;
     return (async function* () {
-      let buf = '';
-      const decodeLine = (line: string): WatchEvent<T> => {
-        let ev: WatchEvent<T>;
-        try {
-          ev = JSON.parse(line) as WatchEvent<T>;
-        } catch {
-          throw new NodeletError('UNAVAILABLE', `watch ${path}: malformed event: ${line.slice(0, 200)}`);
-        }
-        if (ev.type === 'ERROR') {
-          const st = ev.object as unknown as { code?: number };
-          throw decodeStatus(st.code ?? 500, st, { method: 'WATCH', path });
-        }
-        return ev;
-      };
       try {
-        for await (const chunk of body) {
-          buf += typeof chunk === 'string' ? chunk : (chunk as Buffer).toString('utf8');
-          let i: number;
-          while ((i = buf.indexOf('\n')) >= 0) {
-            const line = buf.slice(0, i).trim();
-            buf = buf.slice(i + 1);
-            if (line) yield decodeLine(line);
-          }
-        }
+        yield* parseWatchStream<T>(body, path);
       } catch (err) {
         if (err instanceof NodeletError) throw err;
         throw transportError(err, { method: 'WATCH', path, cancelled: !!signal?.aborted, timedOut: false });
@@ -393,7 +371,6 @@ export class ControlPlaneClient {
         done();
         body.destroy();
       }
-      if (buf.trim()) yield decodeLine(buf.trim());
     })();
   }
 
@@ -412,4 +389,38 @@ function refOf(t: ResourceType, obj: KubeObject, defaultNs: string, subresource?
   if (!name) throw new NodeletError('INVALID_ARGUMENT', `${t.resource}: metadata.name is required`);
   const ns = t.namespaced ? (obj.metadata?.namespace ?? defaultNs) : undefined;
   return { name, ...(ns ? { namespace: ns } : {}), ...(subresource ? { subresource } : {}) };
+}
+
+/**
+ * Splits a watch body (chunks cut anywhere, even inside a UTF-8 character) into events, one
+ * JSON document a line. An `ERROR` event is thrown as the NodeletError its Status carries
+ * (410 Expired -> GONE); a line that is not JSON is UNAVAILABLE (a broken stream).
+ */
+export async function* parseWatchStream<T = KubeObject>(chunks: AsyncIterable<Buffer | string>, path: string): AsyncGenerator<WatchEvent<T>> {
+  const decoder = new TextDecoder();
+  let buf = '';
+  const decodeLine = (line: string): WatchEvent<T> => {
+    let ev: WatchEvent<T>;
+    try {
+      ev = JSON.parse(line) as WatchEvent<T>;
+    } catch {
+      throw new NodeletError('UNAVAILABLE', `WATCH ${path}: malformed event: ${line.slice(0, 200)}`);
+    }
+    if (ev.type === 'ERROR') {
+      const st = ev.object as unknown as { code?: number };
+      throw decodeStatus(typeof st?.code === 'number' ? st.code : 500, st, { method: 'WATCH', path });
+    }
+    return ev;
+  };
+  for await (const chunk of chunks) {
+    buf += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (line) yield decodeLine(line);
+    }
+  }
+  buf += decoder.decode();
+  if (buf.trim()) yield decodeLine(buf.trim());
 }
