@@ -8,10 +8,10 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Node, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/clock.js';
-import { ControlPlaneClient, NAMESPACES, PODS, type KubeObject, type WatchOptions } from '../../../src/controlplane/client.js';
+import { ControlPlaneClient, NAMESPACES, NODES, PODS, type KubeObject, type WatchOptions } from '../../../src/controlplane/client.js';
 import { retryOnConflict } from '../../../src/controlplane/conflict.js';
 import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
 import { Reflector, objectKey, type ReflectorClient, type ReflectorEvent } from '../../../src/controlplane/reflector.js';
@@ -78,6 +78,43 @@ async function crudRoundTrip(c: ControlPlaneClient): Promise<void> {
 }
 
 describe('ControlPlaneClient', () => {
+  it('a too-large resourceVersion is UNAVAILABLE with Retry-After; list consistency options reach the server', async () => {
+    const quick = await startControlPlane({ tooLargeResourceVersionWaitMs: 20 });
+    const kc = path.join(dir, 'quick.kubeconfig');
+    quick.writeKubeconfig(kc, { user: 'admin', groups: ['system:masters'] });
+    const c = new ControlPlaneClient({ access: loadKubeconfig(kc) });
+    try {
+      const e = (await c.get(NAMESPACES, { name: 'default' }, { resourceVersion: '999999' }).then(() => undefined, (x: unknown) => x)) as NodeletError;
+      expect(e).toMatchObject({ code: 'UNAVAILABLE', details: { status: 504 } });
+      expect(e.message).toContain('Too large resource version');
+      expect(typeof e.details.retryAfterSeconds).toBe('number');
+
+      const first = await c.list(NAMESPACES);
+      const exact = await c.list(NAMESPACES, { resourceVersion: first.metadata.resourceVersion, resourceVersionMatch: 'Exact' });
+      expect(exact.metadata.resourceVersion).toBe(first.metadata.resourceVersion);
+      const any = await c.list(NAMESPACES, { resourceVersion: '0', resourceVersionMatch: 'NotOlderThan' });
+      expect(any.items.map((n) => n.metadata!.name).sort()).toEqual(first.items.map((n) => n.metadata!.name).sort());
+      await c.create(NAMESPACES, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'later' } });
+      quick.compactHistory();
+      await expect(c.list(NAMESPACES, { resourceVersion: first.metadata.resourceVersion, resourceVersionMatch: 'Exact' })).rejects.toMatchObject({ code: 'GONE', details: { status: 410 } });
+      await expect(c.list(NAMESPACES, { resourceVersionMatch: 'Exact' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    } finally {
+      await c.close();
+      await quick.close();
+    }
+  });
+
+  it('writes the status subresource with update and with apply', async () => {
+    const node: Node = { apiVersion: 'v1', kind: 'Node', metadata: { name: `node-${process.pid}` }, spec: {} };
+    const created = await client.create<Node>(NODES, node);
+    const withStatus: Node = { ...created, status: { conditions: [{ type: 'Ready', status: 'False', reason: 'KubeletNotReady', message: 'starting' }] } };
+    const put = await client.update<Node>(NODES, withStatus, { subresource: 'status' });
+    expect(put.status?.conditions?.[0]?.status).toBe('False');
+    const applied = await client.apply<Node>(NODES, { apiVersion: 'v1', kind: 'Node', metadata: { name: node.metadata!.name! }, status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status' }] } } as KubeObject, { subresource: 'status' });
+    expect(applied.status?.conditions?.find((c) => c.type === 'Ready')).toMatchObject({ status: 'True', reason: 'KubeletReady' });
+    expect(applied.metadata?.managedFields?.find((m) => m.manager === 'nodelet' && m.operation === 'Apply')?.subresource).toBe('status');
+  });
+
   it('CRUD round trip with a client-certificate kubeconfig', async () => {
     await crudRoundTrip(client);
   });
