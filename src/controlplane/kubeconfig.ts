@@ -147,6 +147,10 @@ export function accessFrom(file: string, doc: unknown, opts: KubeconfigOptions =
   const userName = str(file, ctx.value, ctx.field, 'user');
   if (userName) {
     const user = lookup(file, doc, 'users', userName, 'user', `${ctx.field}.user`);
+    // Credential plugins run programs and refresh tokens; a node agent is given files instead.
+    for (const k of ['exec', 'auth-provider']) {
+      if (user.value[k] !== undefined && user.value[k] !== null) throw invalid(file, `${user.field}.${k}`, 'not supported by nodelet (use client-certificate/client-key or token/tokenFile)');
+    }
     const cert = pem(file, user.value, user.field, 'client-certificate');
     const key = pem(file, user.value, user.field, 'client-key');
     if (cert && !key) throw invalid(file, `${user.field}.client-key`, 'missing (client-certificate is set)');

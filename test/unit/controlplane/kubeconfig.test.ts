@@ -79,6 +79,7 @@ describe('loadKubeconfig', () => {
     ['unknown context', () => ({ ...doc({}, {}), 'current-context': 'nope' }), 'current-context: no contexts entry named "nope"'],
     ['unknown user', () => doc({}, {}, { user: 'ghost' }), 'contexts[1].context.user: no users entry named "ghost"'],
     ['bad -data', () => doc({ 'certificate-authority-data': b64('hello') }, {}), 'clusters[0].cluster.certificate-authority-data: not base64 of a PEM document'],
+    ['exec credential plugin', () => doc({}, { exec: { command: 'aws' } }), 'users[0].user.exec: not supported by nodelet'],
     ['server not a string', () => doc({ server: 42 }, {}), 'clusters[0].cluster.server: must be a string'],
   ];
   it.each(cases)('%s: CONFIG_INVALID naming the file and the field', (_name, make, expected) => {
