@@ -133,6 +133,8 @@ interface Req {
   signal?: AbortSignal | undefined;
 }
 
+const PATCH_TYPES = { merge: 'application/merge-patch+json', strategic: 'application/strategic-merge-patch+json', json: 'application/json-patch+json' } as const;
+
 /** The field manager nodelet writes as. */
 export const FIELD_MANAGER = 'nodelet';
 
@@ -305,6 +307,22 @@ export class ControlPlaneClient {
       query: writeQuery(o),
       body: patch,
       contentType: 'application/merge-patch+json',
+      timeoutMs: o.timeoutMs,
+      signal: o.signal,
+    });
+  }
+
+  /**
+   * PATCH with the patch type chosen: `merge` (RFC 7386), `strategic` (lists merged by their
+   * keys, e.g. conditions by `type`) or `json` (RFC 6902 operations, `test` included).
+   */
+  patch<T extends KubeObject>(t: ResourceType, ref: ObjectRef & { name: string }, patch: unknown, o: WriteOptions & { type: 'merge' | 'strategic' | 'json' }): Promise<T> {
+    return this.request<T>({
+      method: 'PATCH',
+      path: resourcePath(t, { ...ref, ...(o.subresource ? { subresource: o.subresource } : {}) }),
+      query: writeQuery(o),
+      body: patch,
+      contentType: PATCH_TYPES[o.type],
       timeoutMs: o.timeoutMs,
       signal: o.signal,
     });

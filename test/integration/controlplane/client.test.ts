@@ -110,6 +110,11 @@ describe('ControlPlaneClient', () => {
     const withStatus: Node = { ...created, status: { conditions: [{ type: 'Ready', status: 'False', reason: 'KubeletNotReady', message: 'starting' }] } };
     const put = await client.update<Node>(NODES, withStatus, { subresource: 'status' });
     expect(put.status?.conditions?.[0]?.status).toBe('False');
+    // Strategic merge patch: conditions merge by type, so a second condition joins Ready.
+    const smp = await client.patch<Node>(NODES, { name: node.metadata!.name!, subresource: 'status' }, { status: { conditions: [{ type: 'MemoryPressure', status: 'False', reason: 'KubeletHasSufficientMemory' }] } }, { type: 'strategic', fieldManager: 'nodelet' });
+    expect(smp.status?.conditions?.map((c) => c.type).sort()).toEqual(['MemoryPressure', 'Ready']);
+    // A JSON patch whose test fails changes nothing and is rejected.
+    await expect(client.patch(NODES, { name: node.metadata!.name! }, [{ op: 'test', path: '/metadata/name', value: 'other' }], { type: 'json' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', details: { status: 422, reason: 'Invalid' } });
     const applied = await client.apply<Node>(NODES, { apiVersion: 'v1', kind: 'Node', metadata: { name: node.metadata!.name! }, status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status' }] } } as KubeObject, { subresource: 'status' });
     expect(applied.status?.conditions?.find((c) => c.type === 'Ready')).toMatchObject({ status: 'True', reason: 'KubeletReady' });
     expect(applied.metadata?.managedFields?.find((m) => m.manager === 'nodelet' && m.operation === 'Apply')?.subresource).toBe('status');
