@@ -180,8 +180,8 @@ export class ControlPlaneClient {
    * A stream (watch) has no deadline and is aborted by the caller's signal alone.
    */
   async #send(r: Req, stream: boolean): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
-    // Own controller + timer rather than AbortSignal.any/timeout, so the deadline is ours to
-    // report and nothing depends on derived signals staying alive.
+    // Own controller + timer (not AbortSignal.timeout) so that a deadline is told apart
+    // from the caller's abort, and the deadline also covers reading the body.
     const ctl = new AbortController();
     let timedOut = false;
     const ms = r.timeoutMs ?? this.#timeoutMs;

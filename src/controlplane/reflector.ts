@@ -202,8 +202,7 @@ export class Reflector<T extends KubeObject = KubeObject> {
   /** Watches from the store's resourceVersion until the stream ends (returns) or fails (throws). Returns the number of events received. */
   async #watch(signal: AbortSignal): Promise<number> {
     const idleMs = this.#o.idleTimeoutMs ?? 300_000;
-    // A child controller linked by a listener (not AbortSignal.any, whose derived signals
-    // Node 20 may collect while a stream still waits on them).
+    // One controller that both stop() and the idle timer abort.
     const ctl = new AbortController();
     const both = ctl.signal;
     const onStop = () => ctl.abort(signal.reason);
