@@ -37,8 +37,7 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
       getNode,
       createNode: (node) => client.create(NODES, node),
       // Strategic merge: conditions and addresses merge by type, as the kubelet patches them.
-      patchNodeStatus: (name, status: NodeStatus) =>
-        client.request<Node>({ method: 'PATCH', path: `/api/v1/nodes/${encodeURIComponent(name)}/status`, query: { fieldManager: 'nodelet' }, body: { status }, contentType: 'application/strategic-merge-patch+json' }),
+      patchNodeStatus: (name, status: NodeStatus) => client.patch<Node>(NODES, { name }, { status }, { type: 'strategic', subresource: 'status' }),
     },
     leases: {
       getNode,
