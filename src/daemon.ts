@@ -26,12 +26,12 @@ import { RuntimeHealth } from './runtime/health.js';
 import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
-import { PodSources, runnableApiPods, type PodFeed } from './pods/sources.js';
+import { PodSources, runnableApiPods } from './pods/sources.js';
+import type { ControlPlanePorts } from './connected-ports.js';
 import { parseQuantity } from './config/quantity.js';
 import { readMachineFacts } from './node/facts.js';
-import { LeaseRenewer, type LeaseApi } from './node/lease.js';
-import { NodeReporter, type NodeApi } from './node/reporter.js';
-import type { ReviewClient } from './server/auth.js';
+import { LeaseRenewer } from './node/lease.js';
+import { NodeReporter } from './node/reporter.js';
 import { VERSION } from './version.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
@@ -55,16 +55,6 @@ export interface Service {
 
 export type Mode = 'standalone' | 'connected';
 
-/** What connected mode needs of the control plane (the control-plane client implements it). */
-export interface ControlPlanePorts {
-  /** The API server URL, for logs. */
-  readonly server: string;
-  nodes: NodeApi;
-  leases: LeaseApi;
-  reviews: ReviewClient;
-  pods: PodFeed;
-  close(): Promise<void>;
-}
 
 export interface DaemonDeps {
   flags: NodeletFlags;

@@ -1,0 +1,18 @@
+/**
+ * What connected mode needs of the control plane, in the daemon's terms. The control-plane
+ * client implements it (src/controlplane/ports.ts); the composition root consumes it.
+ */
+import type { LeaseApi } from './node/lease.js';
+import type { NodeApi } from './node/reporter.js';
+import type { PodFeed } from './pods/sources.js';
+import type { ReviewClient } from './server/auth.js';
+
+export interface ControlPlanePorts {
+  /** The API server URL, for logs. */
+  readonly server: string;
+  nodes: NodeApi;
+  leases: LeaseApi;
+  reviews: ReviewClient;
+  pods: PodFeed;
+  close(): Promise<void>;
+}
