@@ -10,20 +10,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { realClock } from '../../../src/clock.js';
-import { isNodeletError, type NodeletError } from '../../../src/errors.js';
+import { isNodeletError } from '../../../src/errors.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { RuntimeHealth } from '../../../src/runtime/health.js';
 import { ensureContainerd, stopContainerd } from '../../helpers/containerd.js';
-
-async function rejection(p: Promise<unknown>): Promise<NodeletError> {
-  try {
-    await p;
-  } catch (err) {
-    if (isNodeletError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected the call to fail');
-}
+import { rejection } from '../../helpers/errors.js';
 
 describe('containerd restart on the same socket', () => {
   let dir: string;

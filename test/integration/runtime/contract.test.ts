@@ -9,11 +9,11 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { isNodeletError, type NodeletError } from '../../../src/errors.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import type { ContainerConfig, ContainerStatus, PodSandboxConfig } from '../../../src/runtime/types.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
+import { rejection } from '../../helpers/errors.js';
 
 interface Backend {
   name: string;
@@ -42,16 +42,6 @@ const backends: Backend[] = [
     },
   },
 ];
-
-async function rejection(p: Promise<unknown>): Promise<NodeletError> {
-  try {
-    await p;
-  } catch (err) {
-    if (isNodeletError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected the call to fail');
-}
 
 /** Bounded polling on real time: a real runtime's containers change state by themselves. */
 async function waitForStatus(client: CriClient, id: string, pred: (s: ContainerStatus) => boolean, timeoutMs = 10_000): Promise<ContainerStatus> {

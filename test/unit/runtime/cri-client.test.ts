@@ -11,20 +11,11 @@ import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import tar from 'tar-stream';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { isNodeletError, type NodeletError } from '../../../src/errors.js';
+import { isNodeletError } from '../../../src/errors.js';
 import { createCriClient, parseEndpoint, type CriClient } from '../../../src/runtime/cri-client.js';
 import type { PodSandboxConfig } from '../../../src/runtime/types.js';
 import { normalizeImageRef, startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-
-async function rejection(p: Promise<unknown>): Promise<NodeletError> {
-  try {
-    await p;
-  } catch (err) {
-    if (isNodeletError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected the call to fail');
-}
+import { rejection } from '../../helpers/errors.js';
 
 async function tarEntries(file: string): Promise<{ name: string; size: number }[]> {
   const out: { name: string; size: number }[] = [];
