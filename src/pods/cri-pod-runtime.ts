@@ -208,9 +208,7 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
     }
-    const sandboxes = await this.#o.cri.listPodSandbox({ id: s.sandboxId });
-    const attempt = sandboxes[0]?.metadata.attempt ?? 0;
-    const sandboxCfg = this.#sandboxConfig(pod, attempt);
+    const sandboxCfg = this.#sandboxConfig(pod, s.sandboxAttempt);
     await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
     let id: string;
     try {

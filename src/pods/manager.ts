@@ -226,7 +226,9 @@ export class PodManager {
       const waiting: Record<string, Waiting> = { ...actions.waiting };
 
       if (actions.killPod) await this.#killAll(observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
-      let sandboxId = observed.sandboxes.find((s) => s.ready)?.id;
+      const readySandbox = observed.sandboxes.find((s) => s.ready);
+      let sandboxId = readySandbox?.id;
+      let sandboxAttempt = readySandbox?.attempt ?? 0;
       if (actions.createSandbox) {
         // A sandbox the runtime refuses (no CNI for a pod network, a missing pause image) is
         // retried with the start-error backoff, not hammered on every relist.
@@ -235,6 +237,7 @@ export class PodManager {
         log.info({ attempt: actions.createSandbox.attempt }, 'creating pod sandbox');
         try {
           sandboxId = await rt.runSandbox(pod, actions.createSandbox.attempt);
+          sandboxAttempt = actions.createSandbox.attempt;
           w.sandboxError = undefined;
         } catch (err) {
           const failures = (prev?.failures ?? 0) + 1;
@@ -255,7 +258,7 @@ export class PodManager {
         }
         try {
           await rt.ensureImage(pod, spec, this.#o.serializeImagePulls ? (pull) => this.#pulls.run(pull) : (pull) => pull());
-          const id = await rt.startContainer({ pod, container: spec, sandboxId: sandboxId!, restartCount: s.restartCount, init: s.init });
+          const id = await rt.startContainer({ pod, container: spec, sandboxId: sandboxId!, sandboxAttempt, restartCount: s.restartCount, init: s.init });
           w.errors.delete(s.name);
           log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
         } catch (err) {

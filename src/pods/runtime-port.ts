@@ -11,6 +11,8 @@ export interface StartSpec {
   pod: Pod;
   container: Container;
   sandboxId: string;
+  /** The sandbox's metadata attempt: CreateContainer needs the config the sandbox was run with. */
+  sandboxAttempt: number;
   restartCount: number;
   init: boolean;
 }
