@@ -43,7 +43,7 @@ export function ratioTable(baseline: readonly number[], through: readonly number
   const row = (p: number) => {
     const d = percentile(a, p);
     const h = percentile(b, p);
-    return `| p${p} | ${d.toFixed(digits)} | ${h.toFixed(digits)} | ${(h / d).toFixed(2)}× | +${(h - d).toFixed(digits)} |`;
+    return `| p${p} | ${d.toFixed(digits)} | ${h.toFixed(digits)} | ${(h / d).toFixed(2)}× | ${h - d >= 0 ? '+' : '−'}${Math.abs(h - d).toFixed(digits)} |`;
   };
   return ['| | direct CRI (ms) | through nodelet (ms) | ratio | added (ms) |', '|---|---|---|---|---|', row(50), row(99)];
 }
