@@ -50,25 +50,27 @@ class PodWorker {
   /** The last sandbox creation failure, kept until its backoff ends. */
   sandboxError: { message: string; until: number; failures: number } | undefined;
   terminating = false;
-  #queued = false;
+  #next: (() => Promise<void>) | undefined;
   #running: Promise<void> | undefined;
 
   constructor(pod: Pod) {
     this.pod = pod;
   }
 
-  /** Runs `fn` now, or once more after the current run (coalescing requests). */
+  /**
+   * Runs `fn` now, or after the current run. Requests made meanwhile coalesce into one run
+   * of the latest: a terminate asked for during a sync replaces the pending sync, never the
+   * other way round (the relist stops asking for syncs once a worker is terminating).
+   */
   request(fn: () => Promise<void>): Promise<void> {
-    if (this.#running) {
-      this.#queued = true;
-      return this.#running;
-    }
+    this.#next = fn;
+    if (this.#running) return this.#running;
     this.#running = (async () => {
       try {
-        do {
-          this.#queued = false;
-          await fn();
-        } while (this.#queued);
+        for (let f = this.#next; f; f = this.#next) {
+          this.#next = undefined;
+          await f();
+        }
       } finally {
         this.#running = undefined;
       }

@@ -219,6 +219,23 @@ describe('PodManager', () => {
     expect((await rt.listPods()).map((p) => p.uid)).toEqual(['u2']);
   });
 
+  it('a pod removed while its worker is busy (a long pull) is still stopped and removed once the worker is free', async () => {
+    const { rt, m } = setup();
+    m.setSourcesReady();
+    const pod: Pod = { ...mkPod('u1'), spec: { ...mkPod('u1').spec!, containers: [{ name: 'app', image: 'big:1' }] } };
+    m.setDesired([pod]);
+    await until(() => rt.pulls.length === 1);
+    expect(rt.sandboxes.size).toBe(1);
+    m.setDesired([]);
+    const removal = m.syncOnce();
+    rt.pulls[0]!.release();
+    await removal;
+    await m.syncOnce();
+    expect(await rt.listPods()).toEqual([]);
+    expect(rt.containers.size).toBe(0);
+    expect(m.listPods()).toEqual([]);
+  });
+
   it('removes runtime pods that no source wants (after a restart), once the sources are ready', async () => {
     const { rt, clock, m } = setup();
     m.setDesired([mkPod('u1'), mkPod('u2')]);
