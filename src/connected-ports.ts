@@ -5,6 +5,7 @@
 import type { LeaseApi } from './node/lease.js';
 import type { NodeApi } from './node/reporter.js';
 import type { PodFeed } from './pods/sources.js';
+import type { PodStatusApi } from './pods/status-writer.js';
 import type { ReviewClient } from './server/auth.js';
 
 export interface ControlPlanePorts {
@@ -14,5 +15,6 @@ export interface ControlPlanePorts {
   leases: LeaseApi;
   reviews: ReviewClient;
   pods: PodFeed;
+  podStatus: PodStatusApi;
   close(): Promise<void>;
 }

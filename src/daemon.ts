@@ -27,6 +27,7 @@ import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
 import { PodSources, runnableApiPods } from './pods/sources.js';
+import { PodStatusWriter } from './pods/status-writer.js';
 import type { ControlPlanePorts } from './connected-ports.js';
 import { parseQuantity } from './config/quantity.js';
 import { readMachineFacts } from './node/facts.js';
@@ -381,15 +382,22 @@ export class Daemon {
         runtime: this.#runtimeHealth!.state(),
       }),
     });
+    const statusWriter = new PodStatusWriter({ api: cp.podStatus, pods: this.#pods!, clock: this.#deps.clock, logger: log.child({ component: 'pod-status' }) });
     const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock: this.#deps.clock, logger: log.child({ component: 'node-lease' }) });
     return [
       {
         name: 'api-pods',
         start: async () => {
-          void cp.pods.start((list) => sources.update('api', runnableApiPods(list, identity.nodeName))).catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
+          void cp.pods
+            .start((list) => {
+              statusWriter.setApiPods(list.filter((p) => p.spec?.nodeName === identity.nodeName));
+              sources.update('api', runnableApiPods(list, identity.nodeName));
+            })
+            .catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
         },
         stop: () => cp.pods.stop(),
       },
+      { name: 'pod-status', start: async () => statusWriter.start(), stop: () => statusWriter.stop() },
       { name: 'node-status', start: async () => reporter.start(), stop: () => reporter.stop() },
       { name: 'node-lease', start: async () => lease.start(), stop: () => lease.stop() },
       { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },

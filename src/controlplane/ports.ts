@@ -84,6 +84,15 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
         await reflector?.stop();
       },
     },
+    podStatus: {
+      async patchPodStatus(namespace, name, uid, status) {
+        // The UID in the patch: a pod recreated under the same name refuses the old one's status.
+        await client.patch<Pod>(PODS, { namespace, name }, { metadata: { uid }, status }, { type: 'strategic', subresource: 'status' });
+      },
+      async deletePod(namespace, name, uid) {
+        await client.delete(PODS, { namespace, name }, { body: { gracePeriodSeconds: 0, preconditions: { uid } } });
+      },
+    },
     close: () => client.close(),
   };
 }

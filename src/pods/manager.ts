@@ -114,7 +114,7 @@ export class PodManager {
     for (const [uid, pod] of next) {
       const w = this.#workers.get(uid);
       if (w && !w.terminating) w.pod = pod;
-      else if (!w) {
+      else if (!w && !deleting(pod)) {
         this.#log.info({ pod: podKey(pod), uid }, 'pod added');
         this.#workers.set(uid, new PodWorker(pod));
       }
@@ -141,6 +141,16 @@ export class PodManager {
       out.push({ apiVersion: 'v1', kind: 'Pod', ...pod, status: w?.status ?? { phase: 'Pending' } });
     }
     return out;
+  }
+
+  /** The status last computed for a pod, or undefined before its first sync. */
+  podStatus(uid: string): PodStatus | undefined {
+    return this.#workers.get(uid)?.status;
+  }
+
+  /** Whether the pod still has a worker: running, or being stopped and removed from the runtime. */
+  active(uid: string): boolean {
+    return this.#workers.has(uid);
   }
 
   getPod(namespace: string, name: string): Pod | undefined {
@@ -188,18 +198,25 @@ export class PodManager {
       this.#lastTurn = this.#o.clock.now();
     }
     const jobs: Promise<void>[] = [];
-    // A desired pod whose old worker finished terminating (same UID wanted again) gets a new one.
-    for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid)) this.#workers.set(uid, new PodWorker(pod));
+    // A desired pod whose old worker finished terminating (same UID wanted again) gets a new
+    // one; a pod being deleted in the control plane never starts again.
+    for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid) && !deleting(pod)) this.#workers.set(uid, new PodWorker(pod));
     for (const [uid, w] of this.#workers) {
-      if (this.#desired.has(uid) && !w.terminating) jobs.push(w.request(() => this.#sync(w)));
+      const want = this.#desired.get(uid);
+      if (want && !deleting(want) && !w.terminating) jobs.push(w.request(() => this.#sync(w)));
     }
     for (const [uid, w] of this.#workers) {
-      if (w.terminating) jobs.push(w.idle());
-      if (!this.#desired.has(uid) && !w.terminating) {
-        w.terminating = true;
-        this.#log.info({ pod: podKey(w.pod), uid }, 'pod removed; stopping its containers');
-        jobs.push(w.request(() => this.#terminate(uid, w.pod, gracePeriod(w.pod, this.#o.defaultGracePeriodSeconds))));
+      if (w.terminating) {
+        jobs.push(w.idle());
+        continue;
       }
+      const want = this.#desired.get(uid);
+      if (want && !deleting(want)) continue;
+      w.terminating = true;
+      // Deleted in the control plane: the deletion's own grace period, as the kubelet.
+      const grace = want?.metadata?.deletionGracePeriodSeconds ?? gracePeriod(w.pod, this.#o.defaultGracePeriodSeconds);
+      this.#log.info({ pod: podKey(w.pod), uid, gracePeriodSeconds: grace }, want ? 'pod is being deleted; stopping its containers' : 'pod removed; stopping its containers');
+      jobs.push(w.request(() => this.#terminate(uid, w.pod, grace)));
     }
     for (const obs of all) {
       if (this.#desired.has(obs.uid) || this.#workers.has(obs.uid)) continue;
@@ -348,6 +365,11 @@ export class PodManager {
 
 export function podKey(pod: Pod): string {
   return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
+}
+
+/** The control plane asked for the pod's deletion (metadata.deletionTimestamp set). */
+function deleting(pod: Pod): boolean {
+  return !!pod.metadata?.deletionTimestamp;
 }
 
 function gracePeriod(pod: Pod, dflt: number): number {

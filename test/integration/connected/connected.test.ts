@@ -105,6 +105,14 @@ describe('nodelet connected to a control plane', () => {
     await api.create<Pod>(PODS, { ...pod, metadata: { name: 'elsewhere', namespace: 'default' }, spec: { ...pod.spec!, nodeName: 'n2' } });
     const running = await eventually(async () => (await nodePods()).find((p) => p.metadata!.name === 'api-pod' && p.status?.phase === 'Running'), 15_000);
     expect(running.metadata!.uid).toBe(created.metadata!.uid);
+    // Its status goes back to the control plane, as `kubectl get pods` shows it.
+    const inApi = await eventually(async () => {
+      const p = await api.get<Pod>(PODS, { namespace: 'default', name: 'api-pod' });
+      return p.status?.phase === 'Running' ? p : undefined;
+    }, 10_000);
+    expect(inApi.status!.containerStatuses).toEqual([expect.objectContaining({ name: 'app', ready: true, restartCount: 0, state: { running: expect.objectContaining({ startedAt: expect.any(String) }) } })]);
+    expect(inApi.status!.conditions!.find((c) => c.type === 'Ready')).toMatchObject({ status: 'True' });
+    expect(inApi.metadata!.managedFields!.map((f) => [f.manager, f.operation, f.subresource])).toContainEqual(['nodelet', 'Update', 'status']);
     expect((await nodePods()).some((p) => p.metadata!.name === 'elsewhere')).toBe(false);
     const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
     try {
@@ -113,6 +121,50 @@ describe('nodelet connected to a control plane', () => {
       await api.delete(PODS, { namespace: 'default', name: 'api-pod' });
       await eventually(async () => !(await nodePods()).some((p) => p.metadata!.name === 'api-pod'), 15_000);
       await eventually(async () => (await runtime.listPodSandbox(sel)).length === 0, 15_000);
+    } finally {
+      runtime.close();
+    }
+  });
+
+  it('a finished pod is Succeeded in the API and is not run again; a pod deleted with a finalizer is stopped, then deleted by nodelet', async () => {
+    const spec = (command: string[]): NonNullable<Pod['spec']> => ({
+      nodeName: 'n1',
+      hostNetwork: true,
+      restartPolicy: 'Never',
+      terminationGracePeriodSeconds: 0,
+      containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command }],
+    });
+    const once = await api.create<Pod>(PODS, { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'once', namespace: 'default' }, spec: spec(['sh', '-c', 'exit 0']) });
+    const done = await eventually(async () => {
+      const p = await api.get<Pod>(PODS, { namespace: 'default', name: 'once' });
+      return p.status?.phase === 'Succeeded' ? p : undefined;
+    }, 15_000);
+    expect(done.status!.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
+    // Terminal: nodelet stops running it and removes it from the runtime, and never writes it back to Running.
+    const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
+    try {
+      await eventually(async () => (await runtime.listPodSandbox({ labelSelector: { 'io.kubernetes.pod.uid': once.metadata!.uid! } })).length === 0, 15_000);
+      expect((await api.get<Pod>(PODS, { namespace: 'default', name: 'once' })).status!.phase).toBe('Succeeded');
+
+      const held = await api.create<Pod>(PODS, {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'held', namespace: 'default', finalizers: ['example.com/hold'] },
+        spec: { ...spec(['sleep', '3600']), restartPolicy: 'Always' },
+      });
+      const sel = { labelSelector: { 'io.kubernetes.pod.uid': held.metadata!.uid! } };
+      await eventually(async () => (await api.get<Pod>(PODS, { namespace: 'default', name: 'held' })).status?.phase === 'Running', 15_000);
+      await api.delete(PODS, { namespace: 'default', name: 'held' });
+      // The finalizer keeps it in the API with deletionTimestamp: nodelet stops and removes it
+      // from the runtime, then ends its part of the deletion (DELETE, grace 0, UID precondition).
+      await eventually(async () => (await runtime.listPodSandbox(sel)).length === 0, 15_000);
+      await nodelet.waitForMsg(/deleted from the control plane/, 10_000);
+      const terminating = await api.get<Pod>(PODS, { namespace: 'default', name: 'held' });
+      expect(terminating.metadata!.deletionTimestamp).toBeTruthy();
+      await api.patch(PODS, { namespace: 'default', name: 'held' }, { metadata: { finalizers: null } }, { type: 'merge' });
+      await eventually(async () => (await api.get<Pod>(PODS, { namespace: 'default', name: 'held' }).catch(() => undefined)) === undefined, 5_000);
+      // Not started again meanwhile.
+      expect(cri.calls.filter((c) => c.method === 'RunPodSandbox' && JSON.stringify(c.request).includes(held.metadata!.uid!))).toHaveLength(1);
     } finally {
       runtime.close();
     }

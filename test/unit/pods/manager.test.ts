@@ -86,8 +86,10 @@ class MemRuntime implements PodRuntime {
     });
     return id;
   }
-  async stopContainer(id: string) {
+  graces: number[] = [];
+  async stopContainer(id: string, grace: number) {
     this.calls.push(`stopContainer ${id}`);
+    this.graces.push(grace);
     const c = this.containers.get(id);
     if (c && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
   }
@@ -234,6 +236,37 @@ describe('PodManager', () => {
     expect(await rt.listPods()).toEqual([]);
     expect(rt.containers.size).toBe(0);
     expect(m.listPods()).toEqual([]);
+  });
+
+  it('a pod deleted in the control plane (deletionTimestamp) is stopped with the deletion grace period, removed, and never started again', async () => {
+    const { rt, m } = setup();
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    expect(m.active('u1')).toBe(true);
+    expect(m.podStatus('u1')!.phase).toBe('Running');
+    const deleting: Pod = { ...mkPod('u1'), metadata: { ...mkPod('u1').metadata, deletionTimestamp: '2026-11-23T00:00:00Z', deletionGracePeriodSeconds: 2 } };
+    rt.calls = [];
+    m.setDesired([deleting]);
+    await m.syncOnce();
+    expect(rt.graces).toEqual([2]);
+    expect(await rt.listPods()).toEqual([]);
+    expect(m.active('u1')).toBe(false);
+    // Still desired (the control plane has not removed it yet): not started again.
+    await m.syncOnce();
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('runSandbox') || c.startsWith('startContainer'))).toEqual([]);
+    expect(m.listPods().map((p) => p.metadata!.uid)).toEqual(['u1']);
+  });
+
+  it('a pod first seen already being deleted is never started', async () => {
+    const { rt, m } = setup();
+    m.setSourcesReady();
+    m.setDesired([{ ...mkPod('u1'), metadata: { ...mkPod('u1').metadata, deletionTimestamp: '2026-11-23T00:00:00Z' } }]);
+    await m.syncOnce();
+    await m.syncOnce();
+    expect(rt.calls).toEqual([]);
+    expect(m.active('u1')).toBe(false);
   });
 
   it('removes runtime pods that no source wants (after a restart), once the sources are ready', async () => {

@@ -1,0 +1,136 @@
+/**
+ * Connected mode: the statuses of the control plane's pods go back to it (the kubelet's
+ * status manager), and a pod deleted there is removed for good once its containers are gone.
+ *
+ * Each turn compares the status the pod manager computed with the last one written and
+ * patches `pods/<name>/status` when it changed: a strategic merge patch, so conditions merge
+ * by type and those of other writers (PodScheduled from the scheduler) stay; top-level
+ * fields nodelet wrote before and no longer has are cleared with null. The pod's UID goes
+ * in the patch, so a pod recreated under the same name is never given the old one's status.
+ * A pod that is Succeeded or Failed in the API is never written again (a terminal phase is
+ * final). A pod with `deletionTimestamp` whose containers the manager has removed is
+ * deleted with grace period 0 and a UID precondition, which ends its deletion.
+ */
+import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
+import { realClock, type Clock } from '../clock.js';
+import { errorMessage, NodeletError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { PeriodicLoop } from '../loop.js';
+import { podKey } from './manager.js';
+
+export interface PodStatusApi {
+  /** Strategic merge patch of `pods/<name>/status` with `{metadata: {uid}, status}`. */
+  patchPodStatus(namespace: string, name: string, uid: string, status: Record<string, unknown>): Promise<void>;
+  /** DELETE with `gracePeriodSeconds: 0` and `preconditions.uid`. */
+  deletePod(namespace: string, name: string, uid: string): Promise<void>;
+}
+
+/** What the writer reads of the pod manager. */
+export interface PodStatusSource {
+  podStatus(uid: string): PodStatus | undefined;
+  active(uid: string): boolean;
+}
+
+export interface PodStatusWriterOptions {
+  api: PodStatusApi;
+  pods: PodStatusSource;
+  logger: Logger;
+  clock?: Clock;
+  /** How often statuses are compared (default 1 s: a comparison of strings, no request unless changed). */
+  periodMs?: number;
+}
+
+const TERMINAL = new Set(['Succeeded', 'Failed']);
+
+export class PodStatusWriter {
+  readonly #o: Required<PodStatusWriterOptions>;
+  readonly #loop: PeriodicLoop;
+  /** The control plane's pods for this node, as last listed or watched (deleting ones included). */
+  #apiPods: Pod[] = [];
+  /** Per UID: the status last written (JSON), and its top-level keys. */
+  readonly #written = new Map<string, { json: string; keys: string[] }>();
+  readonly #deleted = new Set<string>();
+  /** Per UID: the last failure logged, so a failing write is logged once, not every turn. */
+  readonly #failures = new Map<string, string>();
+
+  constructor(o: PodStatusWriterOptions) {
+    this.#o = { clock: realClock, periodMs: 1000, ...o };
+    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.#o.periodMs, this.#o.clock);
+  }
+
+  /** The control plane's full set of this node's pods (from the reflector). */
+  setApiPods(pods: Pod[]): void {
+    this.#apiPods = pods;
+  }
+
+  start(): void {
+    this.#loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.#loop.stop();
+  }
+
+  /** One turn: write changed statuses, finish deletions. Never throws. */
+  async syncOnce(): Promise<void> {
+    const seen = new Set<string>();
+    for (const pod of this.#apiPods) {
+      const uid = pod.metadata?.uid;
+      if (!uid) continue;
+      seen.add(uid);
+      if (pod.metadata?.deletionTimestamp) await this.#finishDeletion(pod, uid);
+      else if (!TERMINAL.has(pod.status?.phase ?? '')) await this.#writeStatus(pod, uid);
+    }
+    for (const uid of this.#written.keys()) if (!seen.has(uid)) this.#written.delete(uid);
+    for (const uid of this.#deleted) if (!seen.has(uid)) this.#deleted.delete(uid);
+    for (const uid of this.#failures.keys()) if (!seen.has(uid)) this.#failures.delete(uid);
+  }
+
+  async #writeStatus(pod: Pod, uid: string): Promise<void> {
+    const status = this.#o.pods.podStatus(uid);
+    if (!status) return;
+    const json = JSON.stringify(status);
+    const last = this.#written.get(uid);
+    if (last?.json === json) return;
+    const patch: Record<string, unknown> = { ...status };
+    for (const k of last?.keys ?? []) if (!(k in patch)) patch[k] = null;
+    const { namespace = 'default', name = '' } = pod.metadata ?? {};
+    try {
+      await this.#o.api.patchPodStatus(namespace, name, uid, patch);
+      this.#written.set(uid, { json, keys: Object.keys(status) });
+      this.#failures.delete(uid);
+      if (last === undefined || JSON.parse(last.json).phase !== status.phase) this.#o.logger.info({ pod: podKey(pod), uid, phase: status.phase }, `pod status written: ${status.phase}`);
+    } catch (err) {
+      // Gone: the next watch event removes it; this status is not retried.
+      if (err instanceof NodeletError && err.code === 'NOT_FOUND') {
+        this.#written.set(uid, { json, keys: Object.keys(status) });
+        return;
+      }
+      this.#failed(pod, uid, `cannot write the pod's status: ${errorMessage(err)}`);
+    }
+  }
+
+  async #finishDeletion(pod: Pod, uid: string): Promise<void> {
+    if (this.#deleted.has(uid) || this.#o.pods.active(uid)) return;
+    const { namespace = 'default', name = '' } = pod.metadata ?? {};
+    try {
+      await this.#o.api.deletePod(namespace, name, uid);
+      this.#deleted.add(uid);
+      this.#failures.delete(uid);
+      this.#o.logger.info({ pod: podKey(pod), uid }, 'pod stopped and removed from the runtime; deleted from the control plane');
+    } catch (err) {
+      if (err instanceof NodeletError && (err.code === 'NOT_FOUND' || err.code === 'CONFLICT')) {
+        // Already gone, or the name now holds another pod (the UID precondition failed).
+        this.#deleted.add(uid);
+        return;
+      }
+      this.#failed(pod, uid, `cannot delete the pod: ${errorMessage(err)}`);
+    }
+  }
+
+  #failed(pod: Pod, uid: string, msg: string): void {
+    if (this.#failures.get(uid) === msg) return;
+    this.#failures.set(uid, msg);
+    this.#o.logger.warn({ pod: podKey(pod), uid }, `${msg}; will retry`);
+  }
+}
