@@ -5,6 +5,7 @@
 import type { LeaseApi } from './node/lease.js';
 import type { NodeApi } from './node/reporter.js';
 import type { PodFeed } from './pods/sources.js';
+import type { MirrorPodApi } from './pods/mirror.js';
 import type { PodStatusApi } from './pods/status-writer.js';
 import type { ReviewClient } from './server/auth.js';
 
@@ -16,5 +17,6 @@ export interface ControlPlanePorts {
   reviews: ReviewClient;
   pods: PodFeed;
   podStatus: PodStatusApi;
+  mirrorPods: MirrorPodApi;
   close(): Promise<void>;
 }

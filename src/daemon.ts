@@ -28,6 +28,7 @@ import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
 import { PodSources, runnableApiPods } from './pods/sources.js';
 import { PodStatusWriter } from './pods/status-writer.js';
+import { isMirrorPod, MirrorPods, mirroredUid } from './pods/mirror.js';
 import type { ControlPlanePorts } from './connected-ports.js';
 import { parseQuantity } from './config/quantity.js';
 import { readMachineFacts } from './node/facts.js';
@@ -265,6 +266,8 @@ export class Daemon {
       if (allReady) pods.setSourcesReady();
       if (this.#ready) this.#notifier.status(this.#statusLine());
     });
+    // Connected: each static pod gets a mirror pod in the API.
+    const mirrors = cp ? new MirrorPods({ api: cp.mirrorPods, nodeName: identity.nodeName, clock: this.#deps.clock, logger: log.child({ component: 'mirror-pods' }) }) : undefined;
     if (cfg.staticPodPath) {
       const source = new StaticPodSource({
         dir: cfg.staticPodPath,
@@ -273,13 +276,14 @@ export class Daemon {
         onChange: (list) => {
           log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
           sources.update('file', list);
+          mirrors?.setStaticPods(list);
         },
       });
       services.push({ name: 'static-pods', start: () => source.start(), stop: async () => source.stop() });
     } else {
       log.info('no staticPodPath: no static pods');
     }
-    if (cp) services.push(...this.#connectedServices(cp, sources));
+    if (cp) services.push(...this.#connectedServices(cp, sources, mirrors!));
 
     if (cfg.readOnlyPort !== 0) {
       const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });
@@ -358,7 +362,7 @@ export class Daemon {
    * status, the heartbeat lease. None of them blocks startup: a control plane that is down
    * shows in the logs and is retried, while static pods run.
    */
-  #connectedServices(cp: ControlPlanePorts, sources: PodSources): Service[] {
+  #connectedServices(cp: ControlPlanePorts, sources: PodSources, mirrors: MirrorPods): Service[] {
     const { identity } = this.#deps;
     const cfg = this.#deps.loaded.config;
     const log = this.#log;
@@ -382,7 +386,17 @@ export class Daemon {
         runtime: this.#runtimeHealth!.state(),
       }),
     });
-    const statusWriter = new PodStatusWriter({ api: cp.podStatus, pods: this.#pods!, clock: this.#deps.clock, logger: log.child({ component: 'pod-status' }) });
+    const manager = this.#pods!;
+    const statusWriter = new PodStatusWriter({
+      api: cp.podStatus,
+      pods: {
+        // A mirror pod's status is its static pod's.
+        statusOf: (p) => manager.podStatus((isMirrorPod(p) ? mirroredUid(p) : p.metadata?.uid) ?? ''),
+        active: (p) => manager.active(p.metadata?.uid ?? ''),
+      },
+      clock: this.#deps.clock,
+      logger: log.child({ component: 'pod-status' }),
+    });
     const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock: this.#deps.clock, logger: log.child({ component: 'node-lease' }) });
     return [
       {
@@ -390,7 +404,9 @@ export class Daemon {
         start: async () => {
           void cp.pods
             .start((list) => {
-              statusWriter.setApiPods(list.filter((p) => p.spec?.nodeName === identity.nodeName));
+              const onNode = list.filter((p) => p.spec?.nodeName === identity.nodeName);
+              statusWriter.setApiPods(onNode);
+              mirrors.setApiPods(onNode);
               sources.update('api', runnableApiPods(list, identity.nodeName));
             })
             .catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
@@ -398,6 +414,7 @@ export class Daemon {
         stop: () => cp.pods.stop(),
       },
       { name: 'pod-status', start: async () => statusWriter.start(), stop: () => statusWriter.stop() },
+      { name: 'mirror-pods', start: async () => mirrors.start(), stop: () => mirrors.stop() },
       { name: 'node-status', start: async () => reporter.start(), stop: () => reporter.stop() },
       { name: 'node-lease', start: async () => lease.start(), stop: () => lease.stop() },
       { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },

@@ -31,6 +31,10 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
   const log = logger.child({ component: 'control-plane' });
   const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
   let reflector: Reflector<Pod> | undefined;
+  // Grace period 0 ends a graceful deletion; the UID precondition spares a pod recreated under the name.
+  const deletePod = async (namespace: string, name: string, uid: string) => {
+    await client.delete(PODS, { namespace, name }, { body: { gracePeriodSeconds: 0, preconditions: { uid } } });
+  };
   return {
     server: client.server,
     nodes: {
@@ -89,9 +93,14 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
         // The UID in the patch: a pod recreated under the same name refuses the old one's status.
         await client.patch<Pod>(PODS, { namespace, name }, { metadata: { uid }, status }, { type: 'strategic', subresource: 'status' });
       },
-      async deletePod(namespace, name, uid) {
-        await client.delete(PODS, { namespace, name }, { body: { gracePeriodSeconds: 0, preconditions: { uid } } });
+      deletePod: (namespace, name, uid) => deletePod(namespace, name, uid),
+    },
+    mirrorPods: {
+      nodeUid: async (name) => (await getNode(name))?.metadata?.uid,
+      async createPod(pod) {
+        await client.create<Pod>(PODS, pod);
       },
+      deletePod: (namespace, name, uid) => deletePod(namespace, name, uid),
     },
     close: () => client.close(),
   };

@@ -5,6 +5,7 @@
  * the manager may remove runtime pods nobody wants (the kubelet's sourcesReady).
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
+import { isMirrorPod } from './mirror.js';
 
 /** The control plane's pods for this node, as a stream of full sets (a reflector behind it). */
 export interface PodFeed {
@@ -15,9 +16,12 @@ export interface PodFeed {
 
 export type SourceName = 'file' | 'api';
 
-/** Pods the agent must not run: finished ones (phase Succeeded/Failed) and those bound elsewhere. */
+/**
+ * The API pods the agent runs: bound to this node, not finished (phase Succeeded/Failed),
+ * and not mirror pods (those stand for static pods, which run from their files).
+ */
 export function runnableApiPods(pods: readonly Pod[], nodeName: string): Pod[] {
-  return pods.filter((p) => p.spec?.nodeName === nodeName && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed');
+  return pods.filter((p) => p.spec?.nodeName === nodeName && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed' && !isMirrorPod(p));
 }
 
 export class PodSources {

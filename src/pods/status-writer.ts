@@ -8,8 +8,9 @@
  * fields nodelet wrote before and no longer has are cleared with null. The pod's UID goes
  * in the patch, so a pod recreated under the same name is never given the old one's status.
  * A pod that is Succeeded or Failed in the API is never written again (a terminal phase is
- * final). A pod with `deletionTimestamp` whose containers the manager has removed is
- * deleted with grace period 0 and a UID precondition, which ends its deletion.
+ * final). A mirror pod gets its static pod's status. A pod with `deletionTimestamp` whose
+ * containers the manager has removed is deleted with grace period 0 and a UID
+ * precondition, which ends its deletion.
  */
 import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
@@ -17,6 +18,7 @@ import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { PeriodicLoop } from '../loop.js';
 import { podKey } from './manager.js';
+import { isMirrorPod } from './mirror.js';
 
 export interface PodStatusApi {
   /** Strategic merge patch of `pods/<name>/status` with `{metadata: {uid}, status}`. */
@@ -27,8 +29,10 @@ export interface PodStatusApi {
 
 /** What the writer reads of the pod manager. */
 export interface PodStatusSource {
-  podStatus(uid: string): PodStatus | undefined;
-  active(uid: string): boolean;
+  /** The status to write for this API pod (for a mirror pod, its static pod's), or undefined before the first sync. */
+  statusOf(pod: Pod): PodStatus | undefined;
+  /** Whether the agent still runs this API pod, or is still stopping and removing it. */
+  active(pod: Pod): boolean;
 }
 
 export interface PodStatusWriterOptions {
@@ -78,7 +82,10 @@ export class PodStatusWriter {
       const uid = pod.metadata?.uid;
       if (!uid) continue;
       seen.add(uid);
-      if (pod.metadata?.deletionTimestamp) await this.#finishDeletion(pod, uid);
+      // Mirror pods being deleted are the mirror pod manager's to delete and recreate.
+      if (pod.metadata?.deletionTimestamp) {
+        if (!isMirrorPod(pod)) await this.#finishDeletion(pod, uid);
+      }
       else if (!TERMINAL.has(pod.status?.phase ?? '')) await this.#writeStatus(pod, uid);
     }
     for (const uid of this.#written.keys()) if (!seen.has(uid)) this.#written.delete(uid);
@@ -87,7 +94,7 @@ export class PodStatusWriter {
   }
 
   async #writeStatus(pod: Pod, uid: string): Promise<void> {
-    const status = this.#o.pods.podStatus(uid);
+    const status = this.#o.pods.statusOf(pod);
     if (!status) return;
     const json = JSON.stringify(status);
     const last = this.#written.get(uid);
@@ -111,7 +118,7 @@ export class PodStatusWriter {
   }
 
   async #finishDeletion(pod: Pod, uid: string): Promise<void> {
-    if (this.#deleted.has(uid) || this.#o.pods.active(uid)) return;
+    if (this.#deleted.has(uid) || this.#o.pods.active(pod)) return;
     const { namespace = 'default', name = '' } = pod.metadata ?? {};
     try {
       await this.#o.api.deletePod(namespace, name, uid);

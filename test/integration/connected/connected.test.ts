@@ -46,7 +46,10 @@ beforeAll(async () => {
     healthzPort: 0,
     nodeLeaseDurationSeconds: 4,
     nodeStatusUpdateFrequency: '1s',
+    staticPodPath: path.join(dir, 'manifests'),
   });
+  fs.mkdirSync(path.join(dir, 'manifests'));
+  fs.writeFileSync(path.join(dir, 'manifests', 'web.yaml'), staticManifest('v1'));
   nodelet = startNodelet([
     '--config', path.join(dir, 'kubelet.yaml'),
     '--kubeconfig', path.join(dir, 'kubelet.kubeconfig'),
@@ -65,6 +68,17 @@ afterAll(async () => {
   await cri?.stop();
   await cp?.close();
 });
+
+function staticManifest(version: string): string {
+  return `apiVersion: v1
+kind: Pod
+metadata: {name: static-web, labels: {version: ${version}}}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 0
+  containers: [{name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}]
+`;
+}
 
 const nodePods = async () => ((await (await fetch(`http://127.0.0.1:${readOnlyPort}/pods`)).json()) as PodList).items;
 
@@ -168,6 +182,38 @@ describe('nodelet connected to a control plane', () => {
     } finally {
       runtime.close();
     }
+  });
+
+  it('a static pod has a mirror pod in the API with its status; a deleted mirror comes back, an edited file replaces it, a removed file deletes it', async () => {
+    const mirrorOf = async (pred: (p: Pod) => boolean = () => true) =>
+      eventually(async () => {
+        const p = await api.get<Pod>(PODS, { namespace: 'default', name: 'static-web-n1' }).catch(() => undefined);
+        return p && !p.metadata!.deletionTimestamp && p.status?.phase === 'Running' && pred(p) ? p : undefined;
+      }, 15_000);
+    const staticPod = await eventually(async () => (await nodePods()).find((p) => p.metadata!.name === 'static-web-n1' && p.status?.phase === 'Running'), 15_000);
+    const node = await api.get<Node>(NODES, { name: 'n1' });
+    const first = await mirrorOf();
+    expect(first.metadata!.annotations).toMatchObject({ 'kubernetes.io/config.mirror': staticPod.metadata!.uid, 'kubernetes.io/config.source': 'file' });
+    expect(first.metadata!.uid).not.toBe(staticPod.metadata!.uid);
+    expect(first.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: node.metadata!.uid, controller: true }]);
+    expect(first.metadata!.labels).toEqual({ version: 'v1' });
+    expect(first.status!.containerStatuses![0]!.containerID).toBe(staticPod.status!.containerStatuses![0]!.containerID);
+    const sandboxesBefore = cri.calls.filter((c) => c.method === 'RunPodSandbox').length;
+
+    // Deleting the mirror pod does not touch the static pod: the mirror comes back.
+    await api.delete(PODS, { namespace: 'default', name: 'static-web-n1' });
+    const second = await mirrorOf((p) => p.metadata!.uid !== first.metadata!.uid);
+    expect(second.metadata!.annotations!['kubernetes.io/config.mirror']).toBe(staticPod.metadata!.uid);
+    expect(cri.calls.filter((c) => c.method === 'RunPodSandbox').length).toBe(sandboxesBefore);
+
+    // An edited file is a new static pod: its mirror replaces the old one.
+    fs.writeFileSync(path.join(dir, 'manifests', 'web.yaml'), staticManifest('v2'));
+    const third = await mirrorOf((p) => p.metadata!.labels?.['version'] === 'v2');
+    expect(third.metadata!.annotations!['kubernetes.io/config.mirror']).not.toBe(staticPod.metadata!.uid);
+
+    fs.rmSync(path.join(dir, 'manifests', 'web.yaml'));
+    await eventually(async () => (await api.get<Pod>(PODS, { namespace: 'default', name: 'static-web-n1' }).catch(() => undefined)) === undefined, 15_000);
+    expect(nodelet.records.filter((r) => (r.level === 'warn' || r.level === 'error') && /mirror/.test(r.msg))).toEqual([]);
   });
 
   it('HTTPS: a bearer token is checked with a TokenReview and the request with a SubjectAccessReview', async () => {

@@ -26,13 +26,14 @@ describe('PodSources', () => {
 });
 
 describe('runnableApiPods', () => {
-  it('keeps pods bound to this node that have not finished', () => {
+  it('keeps pods bound to this node that have not finished, and never mirror pods (their static pods run from files)', () => {
     const pods = [
       pod('run'),
       pod('other', { spec: { nodeName: 'n2', containers: [] } }),
       pod('done', { status: { phase: 'Succeeded' } }),
       pod('failed', { status: { phase: 'Failed' } }),
       pod('pending', { status: { phase: 'Pending' } }),
+      pod('mirror', { metadata: { name: 'mirror', namespace: 'default', uid: 'mirror', annotations: { 'kubernetes.io/config.mirror': 'abc' } } }),
     ];
     expect(runnableApiPods(pods, 'n1').map((p) => p.metadata!.uid)).toEqual(['run', 'pending']);
   });

@@ -28,7 +28,7 @@ function setup() {
   const api = new Api();
   const statuses = new Map<string, PodStatus>();
   const active = new Set<string>();
-  const w = new PodStatusWriter({ api, pods: { podStatus: (u) => statuses.get(u), active: (u) => active.has(u) }, logger: silentLogger() });
+  const w = new PodStatusWriter({ api, pods: { statusOf: (p) => statuses.get(p.metadata!.uid!), active: (p) => active.has(p.metadata!.uid!) }, logger: silentLogger() });
   return { api, statuses, active, w };
 }
 

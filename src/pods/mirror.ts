@@ -1,0 +1,171 @@
+/**
+ * Connected mode: mirror pods, the control plane's read-only view of this node's static
+ * pods, as the kubelet keeps them. For each static pod there is a pod of the same name and
+ * namespace in the API, annotated `kubernetes.io/config.mirror: <config.hash>` and owned by
+ * the Node; its status is the static pod's (the status writer reads it through the mirror
+ * annotation). A mirror pod of an older version of the file (another hash), one being
+ * deleted, or one whose static pod is gone is deleted (UID precondition) and, when the
+ * static pod still exists, created again. A name already held by a pod that is not a mirror
+ * is left alone and reported. Mirror pods are never run: the pods the agent runs come from
+ * the files.
+ */
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { realClock, type Clock } from '../clock.js';
+import { errorMessage, NodeletError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { PeriodicLoop } from '../loop.js';
+import { podKey } from './manager.js';
+import { ANN_CONFIG_HASH } from './static-source.js';
+
+export const ANN_CONFIG_MIRROR = 'kubernetes.io/config.mirror';
+
+export function isMirrorPod(pod: Pod): boolean {
+  return pod.metadata?.annotations?.[ANN_CONFIG_MIRROR] !== undefined;
+}
+
+/** The UID of the static pod a mirror pod stands for (its config hash, which is nodelet's static pod UID). */
+export function mirroredUid(mirror: Pod): string | undefined {
+  return mirror.metadata?.annotations?.[ANN_CONFIG_MIRROR];
+}
+
+/** The mirror pod to create for a static pod, owned by the Node. */
+export function mirrorPodOf(staticPod: Pod, node: { name: string; uid: string }): Pod {
+  const m = staticPod.metadata!;
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      name: m.name!,
+      namespace: m.namespace ?? 'default',
+      ...(m.labels ? { labels: m.labels } : {}),
+      annotations: { ...m.annotations, [ANN_CONFIG_MIRROR]: m.annotations?.[ANN_CONFIG_HASH] ?? m.uid! },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: node.name, uid: node.uid, controller: true }],
+    },
+    spec: { ...staticPod.spec!, nodeName: node.name },
+  };
+}
+
+export interface MirrorPlan {
+  /** Static pods without a mirror pod. */
+  create: Pod[];
+  /** Mirror pods to delete: outdated, being deleted, or orphaned. */
+  remove: { pod: Pod; why: string }[];
+  /** Static pods whose name a regular (non-mirror) pod holds in the API. */
+  blocked: { pod: Pod; holder: Pod }[];
+}
+
+/** Pure: what to create and delete so that each static pod has exactly its current mirror. */
+export function planMirrorPods(staticPods: readonly Pod[], apiPods: readonly Pod[]): MirrorPlan {
+  const plan: MirrorPlan = { create: [], remove: [], blocked: [] };
+  const inApi = new Map(apiPods.map((p) => [podKey(p), p]));
+  const wanted = new Set<string>();
+  for (const sp of staticPods) {
+    const key = podKey(sp);
+    wanted.add(key);
+    const ap = inApi.get(key);
+    if (!ap) plan.create.push(sp);
+    else if (!isMirrorPod(ap)) plan.blocked.push({ pod: sp, holder: ap });
+    else if (ap.metadata?.deletionTimestamp) plan.remove.push({ pod: ap, why: 'it is being deleted' });
+    else if (mirroredUid(ap) !== (sp.metadata?.annotations?.[ANN_CONFIG_HASH] ?? sp.metadata?.uid)) plan.remove.push({ pod: ap, why: 'its static pod changed' });
+  }
+  for (const ap of apiPods) if (isMirrorPod(ap) && !wanted.has(podKey(ap))) plan.remove.push({ pod: ap, why: 'its static pod is gone' });
+  return plan;
+}
+
+export interface MirrorPodApi {
+  nodeUid(name: string): Promise<string | undefined>;
+  createPod(pod: Pod): Promise<void>;
+  /** DELETE with `gracePeriodSeconds: 0` and `preconditions.uid`. */
+  deletePod(namespace: string, name: string, uid: string): Promise<void>;
+}
+
+export interface MirrorPodsOptions {
+  api: MirrorPodApi;
+  nodeName: string;
+  logger: Logger;
+  clock?: Clock;
+  periodMs?: number;
+}
+
+export class MirrorPods {
+  readonly #o: Required<MirrorPodsOptions>;
+  readonly #loop: PeriodicLoop;
+  #static: Pod[] = [];
+  #api: Pod[] | undefined;
+  #nodeUid: string | undefined;
+  readonly #reported = new Map<string, string>();
+
+  constructor(o: MirrorPodsOptions) {
+    this.#o = { clock: realClock, periodMs: 1000, ...o };
+    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.#o.periodMs, this.#o.clock);
+  }
+
+  setStaticPods(pods: Pod[]): void {
+    this.#static = pods;
+  }
+
+  /** This node's pods in the API (mirror pods among them). Until the first set, nothing is done. */
+  setApiPods(pods: Pod[]): void {
+    this.#api = pods;
+  }
+
+  start(): void {
+    this.#loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.#loop.stop();
+  }
+
+  /** One turn. Never throws: failures are logged once each and retried on the next turn. */
+  async syncOnce(): Promise<void> {
+    if (!this.#api) return;
+    const plan = planMirrorPods(this.#static, this.#api);
+    for (const { pod, why } of plan.remove) {
+      const { namespace = 'default', name = '', uid = '' } = pod.metadata ?? {};
+      await this.#try(`delete:${uid}`, pod, `cannot delete mirror pod`, async () => {
+        await this.#o.api.deletePod(namespace, name, uid);
+        this.#o.logger.info({ pod: podKey(pod), uid }, `mirror pod deleted: ${why}`);
+      });
+    }
+    for (const { pod, holder } of plan.blocked) {
+      this.#report(`blocked:${podKey(pod)}`, pod, `no mirror pod for static pod ${podKey(pod)}: the name is taken by a pod that is not a mirror (uid ${holder.metadata?.uid})`);
+    }
+    if (plan.create.length === 0) return;
+    if (!this.#nodeUid) {
+      this.#nodeUid = await this.#o.api.nodeUid(this.#o.nodeName).catch(() => undefined);
+      // The Node is not registered yet (the node status loop does it): next turn.
+      if (!this.#nodeUid) return;
+    }
+    const node = { name: this.#o.nodeName, uid: this.#nodeUid };
+    for (const sp of plan.create) {
+      const mirror = mirrorPodOf(sp, node);
+      await this.#try(`create:${podKey(sp)}`, sp, 'cannot create mirror pod', async () => {
+        try {
+          await this.#o.api.createPod(mirror);
+          this.#o.logger.info({ pod: podKey(sp), uid: sp.metadata?.uid }, 'mirror pod created');
+        } catch (err) {
+          // Created by an earlier turn, not watched yet.
+          if (err instanceof NodeletError && err.code === 'ALREADY_EXISTS') return;
+          throw err;
+        }
+      });
+    }
+  }
+
+  async #try(key: string, pod: Pod, what: string, fn: () => Promise<void>): Promise<void> {
+    try {
+      await fn();
+      this.#reported.delete(key);
+    } catch (err) {
+      if (err instanceof NodeletError && (err.code === 'NOT_FOUND' || err.code === 'CONFLICT') && key.startsWith('delete:')) return;
+      this.#report(key, pod, `${what} ${podKey(pod)}: ${errorMessage(err)}; will retry`);
+    }
+  }
+
+  #report(key: string, pod: Pod, msg: string): void {
+    if (this.#reported.get(key) === msg) return;
+    this.#reported.set(key, msg);
+    this.#o.logger.warn({ pod: podKey(pod), uid: pod.metadata?.uid }, msg);
+  }
+}
