@@ -61,9 +61,18 @@ function ignoreNotFound(err: unknown): void {
   throw err;
 }
 
+type CriContainerStatus = Awaited<ReturnType<CriClient['containerStatus']>>;
+
 export class CriPodRuntime implements PodRuntime {
   readonly #o: CriPodRuntimeOptions;
   #runtimeName = 'containerd';
+  /**
+   * ContainerStatus answers by container ID, with the state ListContainers reported when
+   * they were read. What ContainerStatus adds (start and finish times, exit code, reason)
+   * does not change while the state stays the same, so a relist asks only about containers
+   * that are new or changed state: the kubelet's PLEG idea, on ListContainers' states.
+   */
+  readonly #statuses = new Map<string, { listed: ContainerState; st: CriContainerStatus }>();
 
   constructor(o: CriPodRuntimeOptions) {
     this.#o = o;
@@ -97,6 +106,9 @@ export class CriPodRuntime implements PodRuntime {
 
   async listPods(): Promise<ObservedPod[]> {
     const [sandboxes, containers] = await Promise.all([this.#o.cri.listPodSandbox(), this.#o.cri.listContainers()]);
+    // A full list: forget the statuses of containers the runtime no longer has.
+    const ids = new Set(containers.map((c) => c.id));
+    for (const id of this.#statuses.keys()) if (!ids.has(id)) this.#statuses.delete(id);
     const uids = new Set<string>();
     for (const s of sandboxes) if (s.labels[LABEL_POD_UID]) uids.add(s.labels[LABEL_POD_UID]);
     for (const c of containers) if (c.labels[LABEL_POD_UID]) uids.add(c.labels[LABEL_POD_UID]);
@@ -119,10 +131,7 @@ export class CriPodRuntime implements PodRuntime {
     const containers: ObservedContainer[] = [];
     for (const c of list) {
       // Exit code, start/finish times and reason are only in ContainerStatus.
-      const st = await this.#o.cri.containerStatus(c.id).catch((err) => {
-        ignoreNotFound(err);
-        return undefined; // removed between list and status
-      });
+      const st = await this.#containerStatus(c.id, c.state);
       if (!st) continue;
       containers.push({
         id: c.id,
@@ -152,6 +161,19 @@ export class CriPodRuntime implements PodRuntime {
       containers,
       ...(grace !== undefined ? { gracePeriodSeconds: grace } : {}),
     };
+  }
+
+  async #containerStatus(id: string, listed: ContainerState): Promise<CriContainerStatus | undefined> {
+    const cached = this.#statuses.get(id);
+    if (cached && cached.listed === listed) return cached.st;
+    const st = await this.#o.cri.containerStatus(id).catch((err) => {
+      ignoreNotFound(err);
+      return undefined; // removed between list and status
+    });
+    // Kept only when both calls agree on the state (not caught mid-transition) and it is a known one.
+    if (st && st.state === listed && listed !== 'CONTAINER_UNKNOWN') this.#statuses.set(id, { listed, st });
+    else this.#statuses.delete(id);
+    return st;
   }
 
   async runSandbox(pod: Pod, attempt: number): Promise<string> {
@@ -229,6 +251,7 @@ export class CriPodRuntime implements PodRuntime {
   }
 
   async removeContainer(id: string): Promise<void> {
+    this.#statuses.delete(id);
     await this.#o.cri.removeContainer(id);
   }
 }
