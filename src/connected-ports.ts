@@ -2,6 +2,7 @@
  * What connected mode needs of the control plane, in the daemon's terms. The control-plane
  * client implements it (src/controlplane/ports.ts); the composition root consumes it.
  */
+import type { EventApi } from './events.js';
 import type { LeaseApi } from './node/lease.js';
 import type { NodeApi } from './node/reporter.js';
 import type { PodFeed } from './pods/sources.js';
@@ -18,5 +19,6 @@ export interface ControlPlanePorts {
   pods: PodFeed;
   podStatus: PodStatusApi;
   mirrorPods: MirrorPodApi;
+  events: EventApi;
   close(): Promise<void>;
 }

@@ -28,6 +28,7 @@ import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
 import { PodSources, runnableApiPods } from './pods/sources.js';
 import { PodStatusWriter } from './pods/status-writer.js';
+import { ApiEventRecorder, nodeRef } from './events.js';
 import { isMirrorPod, MirrorPods, mirroredUid } from './pods/mirror.js';
 import type { ControlPlanePorts } from './connected-ports.js';
 import { parseQuantity } from './config/quantity.js';
@@ -194,6 +195,7 @@ export class Daemon {
   }
 
   #pods: PodManager | undefined;
+  #events: ApiEventRecorder | undefined;
 
   async #buildServices(): Promise<Service[]> {
     const { flags, identity } = this.#deps;
@@ -242,8 +244,13 @@ export class Daemon {
       ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
       ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
     });
+    // Connected: pod and node events go to the control plane (best effort, never blocking).
+    const cpPorts = this.#deps.controlPlane;
+    const events = cpPorts ? new ApiEventRecorder({ api: cpPorts.events, host: identity.nodeName, clock: this.#deps.clock, logger: log.child({ component: 'events' }) }) : undefined;
+    this.#events = events;
     const pods = new PodManager({
       runtime: podRuntime,
+      ...(events ? { events } : {}),
       logger: log.child({ component: 'pods' }),
       clock: this.#deps.clock,
       serializeImagePulls: cfg.serializeImagePulls,
@@ -368,8 +375,10 @@ export class Daemon {
     const log = this.#log;
     const machine = readMachineFacts();
     const evictionMemory = cfg.evictionHard['memory.available'];
+    const events = this.#events!;
     const reporter = new NodeReporter({
       api: cp.nodes,
+      events,
       clock: this.#deps.clock,
       logger: log.child({ component: 'node-status' }),
       updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
@@ -418,6 +427,8 @@ export class Daemon {
       { name: 'node-status', start: async () => reporter.start(), stop: () => reporter.stop() },
       { name: 'node-lease', start: async () => lease.start(), stop: () => lease.stop() },
       { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
+      // Last started, first stopped: queued events are sent (for at most 2 s) before the client closes.
+      { name: 'events', start: async () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
     ];
   }
 

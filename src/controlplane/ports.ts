@@ -10,7 +10,7 @@ import type { ControlPlanePorts } from '../connected-ports.js';
 import { NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { SubjectAccessReviewSpec } from '../server/auth.js';
-import { ControlPlaneClient, LEASES, NODES, PODS, type ResourceType } from './client.js';
+import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
 import { loadKubeconfig } from './kubeconfig.js';
 import { Reflector } from './reflector.js';
 
@@ -101,6 +101,14 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
         await client.create<Pod>(PODS, pod);
       },
       deletePod: (namespace, name, uid) => deletePod(namespace, name, uid),
+    },
+    events: {
+      async create(event) {
+        await client.create(EVENTS, event as never);
+      },
+      async patch(namespace, name, patch) {
+        await client.mergePatch(EVENTS, { namespace, name }, patch);
+      },
     },
     close: () => client.close(),
   };

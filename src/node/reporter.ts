@@ -13,6 +13,7 @@ import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
 import { PeriodicLoop } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
+import { nodeRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import { nodeStatus, registrationNode, statusChanged, type NodeFacts } from './status.js';
 
@@ -34,6 +35,8 @@ export interface NodeReporterOptions {
   updateFrequencyMs: number;
   reportFrequencyMs: number;
   rand?: () => number;
+  /** Ready transitions go here as NodeReady / NodeNotReady events. */
+  events?: EventSink;
 }
 
 const FAST_MS = 100;
@@ -89,9 +92,14 @@ export class NodeReporter {
       const due = now - this.#lastReport >= this.#o.reportFrequencyMs;
       if (!statusChanged(this.#last, next) && !due) return;
       const node = await this.#o.api.patchNodeStatus(facts.nodeName, next);
+      const before = this.#last?.conditions?.find((c) => c.type === 'Ready')?.status;
       this.#last = node.status ?? next;
       this.#lastReport = now;
       const ready = next.conditions?.find((c) => c.type === 'Ready');
+      if (ready && ready.status !== before) {
+        const what = ready.status === 'True' ? 'NodeReady' : 'NodeNotReady';
+        this.#o.events?.emit(nodeRef(facts.nodeName), 'Normal', what, `Node ${facts.nodeName} status is now: ${what}`);
+      }
       if (ready?.status === 'True' && !this.#everReady) this.#o.logger.info({ node: facts.nodeName }, `node ${facts.nodeName} is Ready`);
       if (ready?.status === 'True') this.#everReady = true;
     } catch (err) {

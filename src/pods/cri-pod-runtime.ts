@@ -194,7 +194,7 @@ export class CriPodRuntime implements PodRuntime {
     await this.#o.cri.removePodSandbox(id);
   }
 
-  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<void> {
+  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean> {
     const image = c.image!;
     const policy = c.imagePullPolicy ?? 'IfNotPresent';
     if (policy !== 'Always') {
@@ -204,7 +204,7 @@ export class CriPodRuntime implements PodRuntime {
       } catch (err) {
         throw withReason(err, 'ErrImagePull', `cannot check image "${image}"`);
       }
-      if (present) return;
+      if (present) return false;
       if (policy === 'Never') {
         throw new NodeletError('NOT_FOUND', `container image "${image}" is not present with pull policy of Never`, { reason: 'ErrImageNeverPull' });
       }
@@ -214,6 +214,7 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'ErrImagePull', `failed to pull image "${image}"`);
     }
+    return true;
   }
 
   async startContainer(s: StartSpec): Promise<string> {

@@ -12,6 +12,7 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { HealthCheck } from '../health/checks.js';
+import { noEvents, podRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import type { ObservedPod } from './observed.js';
 import { computePodActions, type Waiting } from './plan.js';
@@ -27,6 +28,8 @@ export interface PodManagerOptions {
   serializeImagePulls?: boolean;
   /** Grace period for runtime pods found without a desired pod and without the annotation. */
   defaultGracePeriodSeconds?: number;
+  /** Where pod events go (connected: the control plane). */
+  events?: EventSink;
 }
 
 /** Serializes async work: one at a time, in order. */
@@ -49,6 +52,8 @@ class PodWorker {
   readonly errors = new Map<string, Waiting & { until: number; failures: number }>();
   /** The last sandbox creation failure, kept until its backoff ends. */
   sandboxError: { message: string; until: number; failures: number } | undefined;
+  /** Per container: the restart count whose back-off was last reported as an event. */
+  readonly backoffReported = new Map<string, number>();
   terminating = false;
   #next: (() => Promise<void>) | undefined;
   #running: Promise<void> | undefined;
@@ -95,7 +100,7 @@ export class PodManager {
   #sourcesReady = false;
 
   constructor(o: PodManagerOptions) {
-    this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, ...o };
+    this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, ...o };
   }
 
   get #log(): Logger {
@@ -243,8 +248,16 @@ export class PodManager {
       const now = this.#o.clock.now();
       const actions = computePodActions(pod, observed, now);
       const waiting: Record<string, Waiting> = { ...actions.waiting };
+      const ev = this.#o.events;
+      for (const [name, wt] of Object.entries(actions.waiting)) {
+        if (wt.reason !== 'CrashLoopBackOff') continue;
+        const restarts = Math.max(0, ...observed.containers.filter((c) => c.name === name).map((c) => c.restartCount));
+        if (w.backoffReported.get(name) === restarts) continue;
+        w.backoffReported.set(name, restarts);
+        ev.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${pod.metadata?.name}_${pod.metadata?.namespace ?? 'default'}(${uid})`);
+      }
 
-      if (actions.killPod) await this.#killAll(observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
+      if (actions.killPod) await this.#killAll(pod, observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
       const readySandbox = observed.sandboxes.find((s) => s.ready);
       let sandboxId = readySandbox?.id;
       let sandboxAttempt = readySandbox?.attempt ?? 0;
@@ -261,11 +274,13 @@ export class PodManager {
         } catch (err) {
           const failures = (prev?.failures ?? 0) + 1;
           w.sandboxError = { message: errorMessage(err), failures, until: now + Math.min(START_ERROR_BACKOFF.maxMs, START_ERROR_BACKOFF.initialMs * 2 ** (failures - 1)) };
+          ev.emit(podRef(pod), 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${errorMessage(err)}`);
           throw err;
         }
       }
       for (const k of actions.kill) {
         log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
+        ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', `Stopping container ${k.name}`);
         await rt.stopContainer(k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds));
       }
       for (const s of actions.start) {
@@ -275,11 +290,21 @@ export class PodManager {
           waiting[s.name] = { reason: prevErr.reason, ...(prevErr.message ? { message: prevErr.message } : {}) };
           continue;
         }
+        const ref = podRef(pod, { name: s.name, init: s.init });
         try {
-          await rt.ensureImage(pod, spec, this.#o.serializeImagePulls ? (pull) => this.#pulls.run(pull) : (pull) => pull());
+          const pullStart = this.#o.clock.now();
+          const pulled = await rt.ensureImage(pod, spec, this.#o.serializeImagePulls ? (pull) => this.#pulls.run(pull) : (pull) => pull());
+          ev.emit(
+            ref,
+            'Normal',
+            'Pulled',
+            pulled ? `Successfully pulled image "${spec.image}" in ${((this.#o.clock.now() - pullStart) / 1000).toFixed(3)}s` : `Container image "${spec.image}" already present on machine`,
+          );
           const id = await rt.startContainer({ pod, container: spec, sandboxId: sandboxId!, sandboxAttempt, restartCount: s.restartCount, init: s.init });
           w.errors.delete(s.name);
           log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
+          ev.emit(ref, 'Normal', 'Created', `Created container: ${s.name}`);
+          ev.emit(ref, 'Normal', 'Started', `Started container ${s.name}`);
         } catch (err) {
           const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';
           const failures = (prevErr?.failures ?? 0) + 1;
@@ -288,6 +313,7 @@ export class PodManager {
           w.errors.set(s.name, { reason, message, until: now + delay, failures });
           waiting[s.name] = { reason, message };
           if (prevErr?.message !== message) log.warn({ container: s.name, reason }, `container ${s.name}: ${reason}: ${message}`);
+          ev.emit(ref, 'Warning', 'Failed', `Error: ${reason}: ${message}`);
         }
         if (s.init) break;
       }
@@ -315,11 +341,12 @@ export class PodManager {
     }
   }
 
-  async #killAll(observed: ObservedPod, grace: number, log: Logger): Promise<void> {
+  async #killAll(pod: Pod, observed: ObservedPod, grace: number, log: Logger): Promise<void> {
     const rt = this.#o.runtime;
-    await Promise.all(
-      observed.containers.filter((c) => c.state === 'running' || c.state === 'created').map((c) => rt.stopContainer(c.id, grace).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'))),
-    );
+    const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
+    // A runtime pod no source knows (no spec) has no object for events to be about.
+    if (pod.spec) for (const c of live) this.#o.events.emit(podRef(pod, containerOf(pod, c.name)), 'Normal', 'Killing', `Stopping container ${c.name}`);
+    await Promise.all(live.map((c) => rt.stopContainer(c.id, grace).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'))));
     for (const s of observed.sandboxes) await rt.stopSandbox(s.id).catch((e) => log.warn({ err: errorMessage(e) }, 'stop sandbox'));
   }
 
@@ -328,7 +355,7 @@ export class PodManager {
     const log = this.#log.child({ pod: podKey(pod), uid });
     try {
       const observed = await rt.observePod(uid);
-      await this.#killAll(observed, grace, log);
+      await this.#killAll(pod, observed, grace, log);
       for (const c of observed.containers) await rt.removeContainer(c.id);
       for (const s of observed.sandboxes) await rt.removeSandbox(s.id);
       this.#workers.delete(uid);
@@ -365,6 +392,10 @@ export class PodManager {
 
 export function podKey(pod: Pod): string {
   return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
+}
+
+function containerOf(pod: Pod, name: string): { name: string; init: boolean } {
+  return { name, init: !!pod.spec?.initContainers?.some((c) => c.name === name) };
 }
 
 /** The control plane asked for the pod's deletion (metadata.deletionTimestamp set). */

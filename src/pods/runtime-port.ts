@@ -30,8 +30,9 @@ export interface PodRuntime {
    * Makes the image present per imagePullPolicy; throws with reason
    * ErrImagePull/ErrImageNeverPull. Only an actual pull goes through `gate` (the manager
    * serializes pulls with it when serializeImagePulls): presence checks never wait.
+   * Resolves true when it pulled, false when the image was present.
    */
-  ensureImage(pod: Pod, container: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<void>;
+  ensureImage(pod: Pod, container: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean>;
   /** Creates and starts a container; throws with reason CreateContainerConfigError/CreateContainerError/RunContainerError. */
   startContainer(spec: StartSpec): Promise<string>;
   stopContainer(id: string, gracePeriodSeconds: number): Promise<void>;

@@ -8,10 +8,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
-import type { Node, Pod, PodList } from 'kubernetes-types/core/v1.js';
+import type { Event as CoreEvent, Node, Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCriClient } from '../../../src/runtime/cri-client.js';
-import { ControlPlaneClient, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
+import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
 import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
@@ -127,6 +127,19 @@ describe('nodelet connected to a control plane', () => {
     expect(inApi.status!.containerStatuses).toEqual([expect.objectContaining({ name: 'app', ready: true, restartCount: 0, state: { running: expect.objectContaining({ startedAt: expect.any(String) }) } })]);
     expect(inApi.status!.conditions!.find((c) => c.type === 'Ready')).toMatchObject({ status: 'True' });
     expect(inApi.metadata!.managedFields!.map((f) => [f.manager, f.operation, f.subresource])).toContainEqual(['nodelet', 'Update', 'status']);
+    // Events, as `kubectl describe pod` lists them.
+    const podEvents = await eventually(async () => {
+      const { items } = await api.listAll<CoreEvent>(EVENTS, { namespace: 'default' });
+      const mine = items.filter((e) => e.involvedObject.uid === created.metadata!.uid);
+      return mine.some((e) => e.reason === 'Started') ? mine : undefined;
+    }, 10_000);
+    expect(podEvents.map((e) => [e.reason, e.type, e.message, e.involvedObject.fieldPath, e.source?.host])).toEqual([
+      ['Pulled', 'Normal', 'Container image "docker.io/local/busybox:latest" already present on machine', 'spec.containers{app}', 'n1'],
+      ['Created', 'Normal', 'Created container: app', 'spec.containers{app}', 'n1'],
+      ['Started', 'Normal', 'Started container app', 'spec.containers{app}', 'n1'],
+    ]);
+    const nodeEvents = (await api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.kind === 'Node' && e.involvedObject.name === 'n1');
+    expect(nodeEvents.map((e) => e.reason)).toEqual(expect.arrayContaining(['Starting', 'NodeReady']));
     expect((await nodePods()).some((p) => p.metadata!.name === 'elsewhere')).toBe(false);
     const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
     try {

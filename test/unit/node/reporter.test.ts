@@ -43,8 +43,12 @@ function setup(existing?: Node) {
     evictionHardMemoryBytes: 100 * 2 ** 20, kubeletPort: 10250, kubeletVersion: 'v1.32.0-nodelet', runtime,
     info: { machineID: 'm', systemUUID: 's', bootID: 'b', kernelVersion: 'k', osImage: 'o' },
   });
-  const r = new NodeReporter({ api, facts, clock, logger: silentLogger(), updateFrequencyMs: 10_000, reportFrequencyMs: 300_000, rand: () => 0.5 });
-  return { api, clock, r, setRuntime: (s: RuntimeState) => (runtime = s) };
+  const events: string[] = [];
+  const r = new NodeReporter({
+    api, facts, clock, logger: silentLogger(), updateFrequencyMs: 10_000, reportFrequencyMs: 300_000, rand: () => 0.5,
+    events: { emit: (ref, type, reason, message) => events.push(`${ref.kind}/${ref.name} ${type} ${reason}: ${message}`) },
+  });
+  return { api, clock, r, events, setRuntime: (s: RuntimeState) => (runtime = s) };
 }
 
 const readyOf = (n: Node | undefined) => n?.status?.conditions?.find((c) => c.type === 'Ready');
@@ -59,6 +63,19 @@ describe('NodeReporter', () => {
     clock.t += 100;
     await r.syncOnce();
     expect(readyOf(api.nodes.get('n1'))).toMatchObject({ status: 'True', reason: 'KubeletReady' });
+  });
+
+  it('emits NodeNotReady and NodeReady events on Ready transitions only', async () => {
+    const { clock, r, events, setRuntime } = setup();
+    await r.syncOnce();
+    clock.t += 100;
+    await r.syncOnce();
+    setRuntime(ready);
+    clock.t += 100;
+    await r.syncOnce();
+    clock.t += 300_000;
+    await r.syncOnce(); // a periodic report, no transition
+    expect(events).toEqual(['Node/n1 Normal NodeNotReady: Node n1 status is now: NodeNotReady', 'Node/n1 Normal NodeReady: Node n1 status is now: NodeReady']);
   });
 
   it('patches only on change or when the report frequency has passed', async () => {

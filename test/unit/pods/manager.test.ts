@@ -61,7 +61,7 @@ class MemRuntime implements PodRuntime {
   present = new Set<string>(['busybox']);
   pulls: { image: string; release: () => void }[] = [];
   async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>) {
-    if (this.present.has(c.image!)) return;
+    if (this.present.has(c.image!)) return false;
     await gate(
       () =>
         new Promise<void>((resolve) =>
@@ -74,6 +74,7 @@ class MemRuntime implements PodRuntime {
           }),
         ),
     );
+    return true;
   }
   async startContainer(s: StartSpec) {
     const err = this.failStart.get(s.container.name);
@@ -267,6 +268,47 @@ describe('PodManager', () => {
     await m.syncOnce();
     expect(rt.calls).toEqual([]);
     expect(m.active('u1')).toBe(false);
+  });
+
+  it('emits the kubelet\'s pod events: Pulled, Created, Started; BackOff once per crash; Killing; Failed', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const events: string[] = [];
+    const m = new PodManager({
+      runtime: rt,
+      logger: silentLogger(),
+      clock,
+      events: { emit: (ref, type, reason, message) => events.push(`${type} ${reason} ${ref.name} ${ref.fieldPath ?? '-'}: ${message}`) },
+    });
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    expect(events).toEqual([
+      'Normal Pulled web-u1 spec.containers{app}: Container image "busybox" already present on machine',
+      'Normal Created web-u1 spec.containers{app}: Created container: app',
+      'Normal Started web-u1 spec.containers{app}: Started container app',
+    ]);
+    events.length = 0;
+    rt.exit('app', 1);
+    clock.t += 1000;
+    await m.syncOnce(); // restarted at once
+    rt.exit('app', 1);
+    clock.t += 1000;
+    await m.syncOnce(); // back-off
+    await m.syncOnce(); // still in back-off: no second event for the same crash
+    expect(events.filter((e) => e.includes('BackOff'))).toEqual(['Warning BackOff web-u1 spec.containers{app}: Back-off restarting failed container app in pod web-u1_default(u1)']);
+    clock.t += 10_000;
+    await m.syncOnce();
+    events.length = 0;
+    m.setDesired([]);
+    await m.syncOnce();
+    expect(events).toEqual(['Normal Killing web-u1 spec.containers{app}: Stopping container app']);
+
+    events.length = 0;
+    rt.failStart.set('app', new NodeletError('INTERNAL', 'no such file', { reason: 'CreateContainerError' }));
+    m.setDesired([mkPod('u2')]);
+    await m.syncOnce();
+    expect(events.at(-1)).toBe('Warning Failed web-u2 spec.containers{app}: Error: CreateContainerError: no such file');
   });
 
   it('removes runtime pods that no source wants (after a restart), once the sources are ready', async () => {

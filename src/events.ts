@@ -1,0 +1,173 @@
+/**
+ * Events, as `kubectl describe pod` shows them: core/v1 Events about pods (Pulled, Created,
+ * Started, Killing, BackOff, Failed, FailedCreatePodSandBox) and the node (Starting,
+ * NodeReady, NodeNotReady), from source `kubelet` on this host.
+ *
+ * Emitting never blocks or fails the caller: events go to a bounded queue, and one writer
+ * sends them in order. The same event again (same object, field path, type, reason and
+ * message) within the aggregation window is a patch of the first one's `count` and
+ * `lastTimestamp`, not a new object, as client-go's correlator does. A write that fails is
+ * retried a few times, then dropped with a log line: events are best effort, as the
+ * kubelet's. Standalone, there is nowhere to send them: `noEvents`.
+ */
+import type { Event as CoreEvent, ObjectReference } from 'kubernetes-types/core/v1.js';
+import { realClock, type Clock } from './clock.js';
+import { errorMessage, NodeletError } from './errors.js';
+import type { Logger } from './log.js';
+
+export type EventType = 'Normal' | 'Warning';
+
+export interface EventSink {
+  emit(ref: ObjectReference, type: EventType, reason: string, message: string): void;
+}
+
+export const noEvents: EventSink = { emit() {} };
+
+export interface EventApi {
+  create(event: CoreEvent): Promise<void>;
+  /** JSON merge patch of `count` and `lastTimestamp`. */
+  patch(namespace: string, name: string, patch: { count: number; lastTimestamp: string }): Promise<void>;
+}
+
+export interface EventRecorderOptions {
+  api: EventApi;
+  /** This node's name: `source.host` and `reportingInstance`. */
+  host: string;
+  logger: Logger;
+  clock?: Clock;
+  /** Events waiting to be sent before the oldest are dropped (default 1000). */
+  maxQueue?: number;
+  /** How long an event aggregates its repeats (default 10 min, client-go's). */
+  aggregateWindowMs?: number;
+  /** Attempts per event (default 3). */
+  attempts?: number;
+}
+
+interface Pending {
+  ref: ObjectReference;
+  type: EventType;
+  reason: string;
+  message: string;
+  at: number;
+  tries: number;
+}
+
+interface Sent {
+  namespace: string;
+  name: string;
+  count: number;
+  first: number;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+export class ApiEventRecorder implements EventSink {
+  readonly #o: Required<EventRecorderOptions>;
+  readonly #queue: Pending[] = [];
+  readonly #sent = new Map<string, Sent>();
+  #flushing: Promise<void> | undefined;
+  #dropped = 0;
+  #seq = 0;
+  #stopped = false;
+
+  constructor(o: EventRecorderOptions) {
+    this.#o = { clock: realClock, maxQueue: 1000, aggregateWindowMs: 600_000, attempts: 3, ...o };
+  }
+
+  emit(ref: ObjectReference, type: EventType, reason: string, message: string): void {
+    if (this.#stopped) return;
+    if (this.#queue.length >= this.#o.maxQueue) {
+      this.#queue.shift();
+      if (this.#dropped++ === 0) this.#o.logger.warn({ maxQueue: this.#o.maxQueue }, 'event queue full: dropping the oldest events');
+    }
+    this.#queue.push({ ref, type, reason, message, at: this.#o.clock.now(), tries: 0 });
+    this.#flushing ??= this.#flush().finally(() => (this.#flushing = undefined));
+  }
+
+  /** Resolves when the queue is empty (tests, shutdown). */
+  async flushed(): Promise<void> {
+    while (this.#flushing) await this.#flushing;
+  }
+
+  /** Stops taking events; sends what is queued, for at most `deadlineMs`. */
+  async stop(deadlineMs = 2000): Promise<void> {
+    this.#stopped = true;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.flushed(), new Promise<void>((r) => (timer = setTimeout(r, deadlineMs)))]);
+    clearTimeout(timer);
+  }
+
+  async #flush(): Promise<void> {
+    // The event in flight is off the queue, so a full queue drops the oldest waiting one, never it.
+    for (let e = this.#queue.shift(); e; e = this.#queue.shift()) {
+      try {
+        await this.#send(e);
+      } catch (err) {
+        e.tries++;
+        if (e.tries >= this.#o.attempts) {
+          this.#o.logger.info({ reason: e.reason, object: `${e.ref.namespace ?? ''}/${e.ref.name}`, err: errorMessage(err) }, `event dropped after ${e.tries} attempts: ${errorMessage(err)}`);
+        } else {
+          this.#queue.unshift(e);
+          await this.#o.clock.sleep(200 * 2 ** e.tries).catch(() => undefined);
+        }
+      }
+    }
+    if (this.#dropped > 1) this.#o.logger.warn({ dropped: this.#dropped }, `${this.#dropped} events were dropped (queue full)`);
+    this.#dropped = 0;
+  }
+
+  async #send(e: Pending): Promise<void> {
+    const key = [e.ref.uid, e.ref.fieldPath ?? '', e.type, e.reason, e.message].join('\0');
+    const prev = this.#sent.get(key);
+    if (prev && e.at - prev.first < this.#o.aggregateWindowMs) {
+      try {
+        await this.#o.api.patch(prev.namespace, prev.name, { count: prev.count + 1, lastTimestamp: iso(e.at) });
+        prev.count++;
+        return;
+      } catch (err) {
+        // The first one is gone (events expire in the API): this one starts a new series.
+        if (!(err instanceof NodeletError && err.code === 'NOT_FOUND')) throw err;
+        this.#sent.delete(key);
+      }
+    }
+    const namespace = e.ref.namespace || 'default';
+    // client-go's naming: <object>.<unix nanos in hex>; the sequence keeps two in one millisecond apart.
+    const name = `${e.ref.name}.${(BigInt(e.at) * 1_000_000n + BigInt(this.#seq++ % 1_000_000)).toString(16)}`;
+    await this.#o.api.create({
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name, namespace },
+      involvedObject: e.ref,
+      reason: e.reason,
+      message: e.message,
+      type: e.type,
+      source: { component: 'kubelet', host: this.#o.host },
+      firstTimestamp: iso(e.at),
+      lastTimestamp: iso(e.at),
+      count: 1,
+      reportingComponent: 'kubelet',
+      reportingInstance: this.#o.host,
+    });
+    this.#sent.set(key, { namespace, name, count: 1, first: e.at });
+    // Forget aggregation keys past their window, so the map stays bounded by the event rate.
+    if (this.#sent.size > 4096) for (const [k, s] of this.#sent) if (e.at - s.first >= this.#o.aggregateWindowMs) this.#sent.delete(k);
+  }
+}
+
+/** The reference to a pod (and one of its containers) that events are about. */
+export function podRef(pod: { metadata?: { name?: string; namespace?: string; uid?: string; resourceVersion?: string } }, container?: { name: string; init?: boolean }): ObjectReference {
+  const m = pod.metadata ?? {};
+  return {
+    kind: 'Pod',
+    apiVersion: 'v1',
+    name: m.name ?? '',
+    namespace: m.namespace ?? 'default',
+    ...(m.uid ? { uid: m.uid } : {}),
+    ...(container ? { fieldPath: `spec.${container.init ? 'initContainers' : 'containers'}{${container.name}}` } : {}),
+  };
+}
+
+/** The reference node events are about; as the kubelet's, its UID is the node's name. */
+export function nodeRef(nodeName: string): ObjectReference {
+  return { kind: 'Node', apiVersion: 'v1', name: nodeName, uid: nodeName };
+}

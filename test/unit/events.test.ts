@@ -1,0 +1,106 @@
+import type { Event as CoreEvent } from 'kubernetes-types/core/v1.js';
+import { describe, expect, it } from 'vitest';
+import type { Clock } from '../../src/clock.js';
+import { NodeletError } from '../../src/errors.js';
+import { ApiEventRecorder, podRef, type EventApi } from '../../src/events.js';
+import { silentLogger } from '../../src/log.js';
+
+class Api implements EventApi {
+  created: CoreEvent[] = [];
+  patches: { name: string; patch: { count: number; lastTimestamp: string } }[] = [];
+  /** Per reason: how many more creates fail. */
+  failCreate = new Map<string, number>();
+  failPatch: NodeletError | undefined;
+  async create(e: CoreEvent) {
+    const n = this.failCreate.get(e.reason!) ?? 0;
+    if (n > 0) {
+      this.failCreate.set(e.reason!, n - 1);
+      throw new NodeletError('UNAVAILABLE', 'connection refused');
+    }
+    this.created.push(e);
+  }
+  async patch(_ns: string, name: string, patch: { count: number; lastTimestamp: string }) {
+    if (this.failPatch) throw this.failPatch;
+    this.patches.push({ name, patch });
+  }
+}
+
+function setup(o: { maxQueue?: number } = {}) {
+  let t = Date.parse('2026-11-23T05:00:00Z');
+  const clock: Clock & { advance(ms: number): void } = { now: () => t, sleep: async () => undefined, advance: (ms) => (t += ms) };
+  const api = new Api();
+  const rec = new ApiEventRecorder({ api, host: 'n1', logger: silentLogger(), clock, ...o });
+  return { api, rec, clock };
+}
+
+const pod = { metadata: { name: 'web-n1', namespace: 'kube-system', uid: 'u1' } };
+
+describe('ApiEventRecorder', () => {
+  it('creates a core/v1 Event about the object from source kubelet on this host', async () => {
+    const { api, rec } = setup();
+    rec.emit(podRef(pod, { name: 'app' }), 'Normal', 'Started', 'Started container app');
+    await rec.flushed();
+    expect(api.created).toEqual([
+      {
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: { name: expect.stringMatching(/^web-n1\.[0-9a-f]+$/), namespace: 'kube-system' },
+        involvedObject: { kind: 'Pod', apiVersion: 'v1', name: 'web-n1', namespace: 'kube-system', uid: 'u1', fieldPath: 'spec.containers{app}' },
+        reason: 'Started',
+        message: 'Started container app',
+        type: 'Normal',
+        source: { component: 'kubelet', host: 'n1' },
+        firstTimestamp: '2026-11-23T05:00:00Z',
+        lastTimestamp: '2026-11-23T05:00:00Z',
+        count: 1,
+        reportingComponent: 'kubelet',
+        reportingInstance: 'n1',
+      },
+    ]);
+  });
+
+  it('a repeat within the window raises count and lastTimestamp of the first; after it, a new event', async () => {
+    const { api, rec, clock } = setup();
+    const ref = podRef(pod, { name: 'app' });
+    rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
+    clock.advance(10_000);
+    rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
+    clock.advance(10_000);
+    rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
+    rec.emit(ref, 'Warning', 'BackOff', 'another message');
+    await rec.flushed();
+    expect(api.created.map((e) => e.message)).toEqual(['Back-off restarting failed container app', 'another message']);
+    expect(api.patches).toEqual([
+      { name: api.created[0]!.metadata!.name, patch: { count: 2, lastTimestamp: '2026-11-23T05:00:10Z' } },
+      { name: api.created[0]!.metadata!.name, patch: { count: 3, lastTimestamp: '2026-11-23T05:00:20Z' } },
+    ]);
+    clock.advance(600_000);
+    rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
+    await rec.flushed();
+    expect(api.created).toHaveLength(3);
+    // The first event expired in the API: the repeat starts a new one.
+    api.failPatch = new NodeletError('NOT_FOUND', 'events "x" not found');
+    rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
+    await rec.flushed();
+    expect(api.created).toHaveLength(4);
+  });
+
+  it('retries a failed write, then drops the event; the ones after it still go', async () => {
+    const { api, rec } = setup();
+    api.failCreate.set('A', 1).set('B', 3);
+    rec.emit(podRef(pod), 'Normal', 'A', 'first');
+    rec.emit(podRef(pod), 'Normal', 'B', 'second');
+    rec.emit(podRef(pod), 'Normal', 'C', 'third');
+    await rec.flushed();
+    // first: fails once, then sent; second: fails three times, dropped; third: sent.
+    expect(api.created.map((e) => e.reason)).toEqual(['A', 'C']);
+  });
+
+  it('a full queue drops the oldest, and emitting never throws or waits', async () => {
+    const { api, rec } = setup({ maxQueue: 2 });
+    for (const r of ['A', 'B', 'C', 'D']) rec.emit(podRef(pod), 'Normal', r, r);
+    await rec.flushed();
+    // A was already being sent when B, C, D came: B and C were dropped for C and D.
+    expect(api.created.map((e) => e.reason)).toEqual(['A', 'C', 'D']);
+  });
+});
