@@ -407,7 +407,11 @@ export class Daemon {
       logger: log.child({ component: 'pod-status' }),
     });
     const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock: this.#deps.clock, logger: log.child({ component: 'node-lease' }) });
+    // Stopped in reverse: the loops and the watch first, then queued events are sent (for at
+    // most 2 s), and the client closes last, with nothing left in flight.
     return [
+      { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
+      { name: 'events', start: async () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
       {
         name: 'api-pods',
         start: async () => {
@@ -426,9 +430,6 @@ export class Daemon {
       { name: 'mirror-pods', start: async () => mirrors.start(), stop: () => mirrors.stop() },
       { name: 'node-status', start: async () => reporter.start(), stop: () => reporter.stop() },
       { name: 'node-lease', start: async () => lease.start(), stop: () => lease.stop() },
-      { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
-      // Last started, first stopped: queued events are sent (for at most 2 s) before the client closes.
-      { name: 'events', start: async () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
     ];
   }
 

@@ -393,8 +393,17 @@ export class ControlPlaneClient {
   }
 
   /** Closes the pool; in-flight requests finish first. */
-  async close(): Promise<void> {
-    await this.#agent.close();
+  /**
+   * Closes the connections: requests in flight may finish for `graceMs`, then whatever is
+   * still open (a watch nobody stopped) is destroyed, so closing never hangs.
+   */
+  async close(graceMs = 1000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const closed = this.#agent.close().then(() => true);
+    const late = new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs)));
+    const done = await Promise.race([closed, late]);
+    clearTimeout(timer);
+    if (!done) await this.#agent.destroy();
   }
 }
 

@@ -5,6 +5,7 @@
  * server asks the control plane about bearer tokens (TokenReview) and permissions
  * (SubjectAccessReview).
  */
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
@@ -78,6 +79,16 @@ spec:
   terminationGracePeriodSeconds: 0
   containers: [{name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}]
 `;
+}
+
+const KUBECTL = '/usr/bin/kubectl';
+
+function kubectl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
+      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
 }
 
 const nodePods = async () => ((await (await fetch(`http://127.0.0.1:${readOnlyPort}/pods`)).json()) as PodList).items;
@@ -229,6 +240,33 @@ describe('nodelet connected to a control plane', () => {
     expect(nodelet.records.filter((r) => (r.level === 'warn' || r.level === 'error') && /mirror/.test(r.msg))).toEqual([]);
   });
 
+  it.runIf(fs.existsSync(KUBECTL))('as an operator sees it with kubectl: the node Ready, the pod Running on it, its events in describe', async () => {
+    await api.create<Pod>(PODS, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'seen', namespace: 'default' },
+      spec: { nodeName: 'n1', hostNetwork: true, containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }] },
+    });
+    // The test control plane's tables have only Name and Created At: the columns are asked for.
+    await eventually(async () => {
+      const r = await kubectl(['get', 'nodes', '--no-headers', '-o', 'custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status']);
+      return /^n1\s+True$/m.test(r.stdout);
+    }, 15_000);
+    const pods = await eventually(async () => {
+      const r = await kubectl(['get', 'pods', '--no-headers', '-o', 'custom-columns=NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName,READY:.status.containerStatuses[*].ready']);
+      return /^seen\s+Running\s+n1\s+true$/m.test(r.stdout) ? r.stdout : undefined;
+    }, 15_000);
+    expect(pods).not.toMatch(/^elsewhere\s+Running/m);
+    const describe = await eventually(async () => {
+      const r = await kubectl(['describe', 'pod', 'seen']);
+      return /Started\s+.*Started container app/.test(r.stdout) ? r.stdout : undefined;
+    }, 10_000);
+    expect(describe).toMatch(/^Node:\s+n1\//m);
+    expect(describe).toMatch(/^Status:\s+Running/m);
+    expect(describe).toMatch(/Normal\s+Pulled\s+.*kubelet\s+Container image "docker.io\/local\/busybox:latest" already present on machine/);
+    await api.delete(PODS, { namespace: 'default', name: 'seen' });
+  });
+
   it('HTTPS: a bearer token is checked with a TokenReview and the request with a SubjectAccessReview', async () => {
     cp.addToken('forensics-token', 'forensics', ['ops']);
     cp.setAccessRules((a) =>
@@ -243,6 +281,18 @@ describe('nodelet connected to a control plane', () => {
     expect(denied.body).toContain('no rule for forensics');
     const unknown = await request(`https://127.0.0.1:${port}/pods`, { ca: serverCa, token: 'wrong' });
     expect(unknown.status).toBe(401);
+  });
+
+  // Last: it stops the agent.
+  it('SIGTERM: exits 0 at once with the watch open, the loops stopped and queued events sent; no warning on the way', async () => {
+    const from = nodelet.records.length;
+    const t0 = Date.now();
+    nodelet.kill('SIGTERM');
+    const { code } = await nodelet.exited;
+    expect(code).toBe(0);
+    // Was 20 s: the client closed first and waited for the watch the reflector still held.
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    expect(nodelet.records.slice(from).filter((r) => r.level === 'warn' || r.level === 'error').map((r) => r.msg)).toEqual([]);
   });
 });
 
