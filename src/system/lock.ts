@@ -118,7 +118,13 @@ export async function acquireLock(path: string, opts: { logger: Logger; signal?:
     // --exit-on-lock-contention sees it); once it gets the lock it exits at once and we
     // race for it with a non-blocking flock, looping if a third process won.
     for (;;) {
-      await waitInChild(path, opts.signal);
+      if (!(await waitInChild(path, opts.signal))) {
+        // The waiter was killed by a signal, most likely the one stopping us too (systemd
+        // signals the whole cgroup, and the child's exit may be seen before our own
+        // SIGTERM): wait a moment for that abort, or else wait again.
+        await abortableSleep(100, opts.signal, path);
+        continue;
+      }
       try {
         ext.flockSync(fd, 'exnb');
         break;
@@ -139,9 +145,28 @@ export async function acquireLock(path: string, opts: { logger: Logger; signal?:
   return makeHandle(path, fd, inode);
 }
 
-/** Resolves when `flock <path> true` could take (and at once dropped) the lock; killable. */
-function waitInChild(path: string, signal: AbortSignal | undefined): Promise<void> {
+function abortableSleep(ms: number, signal: AbortSignal | undefined, path: string): Promise<void> {
   return new Promise<void>((resolve, reject) => {
+    const cancelled = () => new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`);
+    if (signal?.aborted) return reject(cancelled());
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(cancelled());
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Resolves true when `flock <path> true` could take (and at once dropped) the lock, false
+ * when the child was killed by a signal nodelet did not send; killable through `signal`.
+ */
+function waitInChild(path: string, signal: AbortSignal | undefined): Promise<boolean> {
+  return new Promise<boolean>((resolve, reject) => {
     const onAbort = () => {
       child.kill('SIGKILL');
       reject(new NodeletError('CANCELLED', `gave up waiting for lock file ${path}`));
@@ -158,7 +183,8 @@ function waitInChild(path: string, signal: AbortSignal | undefined): Promise<voi
     child.on('exit', (code, sig) => {
       signal?.removeEventListener('abort', onAbort);
       if (signal?.aborted) return;
-      if (code === 0) resolve();
+      if (code === 0) resolve(true);
+      else if (sig) resolve(false);
       else reject(new NodeletError('INTERNAL', `cannot wait for lock file ${path}: flock(1) exited ${code ?? sig}: ${stderr.trim()}`, { path }));
     });
   });

@@ -55,6 +55,50 @@ describe('lock file', () => {
     expect(flockFree(lock)).toBe(false);
   });
 
+  it('a waiter child killed by a signal (systemd signals the whole cgroup on stop) is neither a failure nor the end of the wait', async () => {
+    const dir = tempDir();
+    const lock = path.join(dir, 'kubelet.lock');
+    const { spawn, execFileSync } = await import('node:child_process');
+    const holder = spawn('flock', ['-o', lock, 'sleep', '30'], { stdio: 'ignore' });
+    await eventually(() => !flockFree(lock));
+    const a = await nodelet(dir, lock);
+    await a.waitForMsg(/waiting for lock file/);
+    // The child that waits: flock(1) (exec'd by setpriv), a direct child of nodelet.
+    const waiter = await eventually(() => {
+      const pids = execFileSync('pgrep', ['-P', String(a.pid), '-x', 'flock'], { encoding: 'utf8' }).trim();
+      return pids ? Number(pids.split('\n')[0]) : undefined;
+    });
+    process.kill(waiter, 'SIGTERM');
+    // nodelet keeps waiting (a new waiter), and takes the lock when it is free.
+    const next = await eventually(() => {
+      try {
+        const p = Number(execFileSync('pgrep', ['-P', String(a.pid), '-x', 'flock'], { encoding: 'utf8' }).trim().split('\n')[0]);
+        return p && p !== waiter ? p : undefined;
+      } catch {
+        return undefined;
+      }
+    });
+    expect(next).not.toBe(waiter);
+    expect(a.records.filter((r) => r.level === 'error')).toEqual([]);
+    holder.kill('SIGKILL');
+    await a.waitForMsg(/nodelet is ready/);
+    // Stopped while it waits, with its waiter signalled at the same moment: exit 0.
+    const b = await nodelet(dir, lock);
+    await b.waitForMsg(/waiting for lock file/);
+    const bWaiter = await eventually(() => {
+      try {
+        return Number(execFileSync('pgrep', ['-P', String(b.pid), '-x', 'flock'], { encoding: 'utf8' }).trim().split('\n')[0]) || undefined;
+      } catch {
+        return undefined;
+      }
+    });
+    process.kill(bWaiter, 'SIGTERM');
+    b.kill('SIGTERM');
+    expect(await b.exited).toEqual({ code: 0, signal: null });
+    a.kill('SIGTERM');
+    expect((await a.exited).code).toBe(0);
+  });
+
   it('waits for a lock held by util-linux flock (kubelet-compatible semantics)', async () => {
     const dir = tempDir();
     const lock = path.join(dir, 'kubelet.lock');
