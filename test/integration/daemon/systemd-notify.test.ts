@@ -37,9 +37,11 @@ describe('systemd notifications', () => {
     const pings = as.filter((x) => x.a === 'WATCHDOG=1');
     expect(as.indexOf(pings[0]!)).toBeGreaterThan(ready);
     const gaps = pings.slice(1).map((x, i) => x.t - pings[i]!.t);
+    // About every second; what systemd needs is a ping well within WATCHDOG_USEC (2 s), which
+    // a loaded CI machine delaying a timer by a few hundred ms must not fail.
     for (const g of gaps) {
       expect(g).toBeGreaterThan(700);
-      expect(g).toBeLessThan(1500);
+      expect(g).toBeLessThan(1900);
     }
     p.kill('SIGTERM');
     expect((await p.exited).code).toBe(0);

@@ -308,7 +308,7 @@ describe('checkpoint endpoint answers', () => {
     // The second app checkpoint reached the runtime only after the first finished (>= 400 ms later);
     // the sidecar's ran alongside the first app one.
     expect(appCalls[1]!.at - appCalls[0]!.at).toBeGreaterThanOrEqual(390);
-    expect(Math.abs(sideCall.at - appCalls[0]!.at)).toBeLessThan(300);
+    expect(Math.abs(sideCall.at - appCalls[0]!.at)).toBeLessThan(390);
     const appArchives = replies.filter((_, i) => i !== 1).map((r) => (r.json() as { items: string[] }).items[0]!);
     expect(new Set(appArchives).size).toBe(2);
     for (const a of appArchives) expect(fs.statSync(a).mode & 0o777).toBe(0o600);
