@@ -1,9 +1,10 @@
 /**
  * The built nodelet in connected mode against the test control plane, on the test CRI
  * server: it registers its Node and reports it Ready, renews its Lease, runs the pods the
- * control plane binds to it (and removes them when they are deleted there), and its HTTPS
- * server asks the control plane about bearer tokens (TokenReview) and permissions
- * (SubjectAccessReview).
+ * control plane binds to it (and removes them when they are deleted there), writes their
+ * status back, finishes graceful deletions, keeps mirror pods for its static pods, sends
+ * Events, and its HTTPS server asks the control plane about bearer tokens (TokenReview)
+ * and permissions (SubjectAccessReview). kubectl shows it as an operator sees it.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
