@@ -186,6 +186,11 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       if (!res.status) throw new NodeletError('INTERNAL', `ContainerStatus: runtime returned no status for container ${id}`, { method: 'ContainerStatus', id });
       return res.status as ContainerStatus;
     },
+    async execSync(id: string, cmd: string[], timeoutSec: number) {
+      const t = Math.max(0, Math.floor(timeoutSec));
+      const res = await rt('ExecSync', { containerId: id, cmd, timeout: t }, requestTimeoutMs + t * 1000);
+      return { stdout: Buffer.from((res.stdout as Uint8Array | undefined) ?? []), stderr: Buffer.from((res.stderr as Uint8Array | undefined) ?? []), exitCode: Number(res.exitCode ?? 0) };
+    },
     async checkpointContainer(req: CheckpointRequest, o: { deadlineMs?: number } = {}) {
       const timeoutSec = Math.max(0, Math.floor(req.timeoutSec));
       const deadlineMs = o.deadlineMs ?? Math.max(requestTimeoutMs, timeoutSec * 1000);

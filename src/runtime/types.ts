@@ -316,11 +316,23 @@ export interface RuntimeService {
   /** NOT_FOUND for an unknown ID. */
   containerStatus(id: string): Promise<ContainerStatus>;
   /**
+   * Runs `cmd` in a running container and waits up to `timeoutSec` (0: none) for it; the
+   * call's deadline covers that timeout. A command that runs and fails is an answer (its
+   * exit code), not an error.
+   */
+  execSync(id: string, cmd: string[], timeoutSec: number): Promise<ExecSyncResult>;
+  /**
    * Asks the runtime to write a checkpoint archive of a running container at
    * `req.location`. The call's deadline is `opts.deadlineMs` when given, else the larger
    * of requestTimeoutMs and `req.timeoutSec`. containerd 1.6: UNIMPLEMENTED.
    */
   checkpointContainer(req: CheckpointRequest, opts?: { deadlineMs?: number }): Promise<void>;
+}
+
+export interface ExecSyncResult {
+  stdout: Buffer;
+  stderr: Buffer;
+  exitCode: number;
 }
 
 /** The CRI ImageService as nodelet uses it. */

@@ -12,6 +12,9 @@
  * keeps running until `exitContainer(id, code)`, StopContainer (exit 137, as a SIGKILL
  * after the grace period), or a stop of its sandbox.
  *
+ * ExecSync answers the same scripted exit codes (any other command exits 0), or what
+ * `execResult` says for the container.
+ *
  * Test controls: `failWith` (error per method, optionally N times), `setLatency` (per
  * method), `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
  * and restarted runtime on the same socket), `calls` (every request, in order).
@@ -137,6 +140,8 @@ export class FakeRuntime {
   ];
   /** Delay before CheckpointContainer writes its archive and answers. */
   checkpointDelayMs = 0;
+  /** What ExecSync answers for a container name and command (undefined: the scripted default). */
+  execResult: ((container: string, cmd: string[]) => { exitCode: number; stdout?: string } | undefined) | undefined;
   version = { version: '0.1.0', runtimeName: 'fake-cri', runtimeVersion: '1.0.0', runtimeApiVersion: 'v1' };
 
   readonly #errors = new Map<string, InjectedError>();
@@ -516,6 +521,19 @@ export class FakeRuntime {
     };
   }
 
+  /**
+   * ExecSync "runs" the scripted commands (`true`, `false`, `sh -c "exit N"`, plus whatever
+   * `execResult` answers for the container) in a running container; others exit 0.
+   */
+  rpcExecSync(req: Record<string, unknown>) {
+    const c = this.#container(String(req.containerId));
+    if (c.state !== 'CONTAINER_RUNNING') throw grpcError(grpc.status.UNKNOWN, `container ${c.id} is not running`);
+    const cmd = (req.cmd as string[]) ?? [];
+    const scripted = this.execResult?.(c.config.metadata.name, cmd);
+    const exitCode = scripted?.exitCode ?? scriptedExit({ ...c.config, command: cmd, args: [] }) ?? 0;
+    return { stdout: Buffer.from(scripted?.stdout ?? ''), stderr: Buffer.from(''), exitCode };
+  }
+
   async rpcCheckpointContainer(req: Record<string, unknown>, isCancelled: () => boolean) {
     const c = this.#container(String(req.containerId));
     if (c.state !== 'CONTAINER_RUNNING') {
@@ -587,6 +605,7 @@ const RUNTIME_METHODS = [
   'RemoveContainer',
   'ListContainers',
   'ContainerStatus',
+  'ExecSync',
   'CheckpointContainer',
 ] as const;
 const IMAGE_METHODS = ['ListImages', 'ImageStatus', 'PullImage', 'RemoveImage'] as const;

@@ -235,6 +235,22 @@ describe.each(backends)('CRI contract: $name', (backend) => {
     expect(s.finishedAt).toBeGreaterThan(0);
   });
 
+  it('ExecSync in a running container answers the command\'s exit code (a failing command is an answer, not an error); in an exited one it fails', async () => {
+    const { id: sandboxId, config } = await runSandbox();
+    const cid = await client.createContainer(sandboxId, containerConfig('execd', ['sleep', '3600']), config);
+    await client.startContainer(cid);
+    await waitForStatus(client, cid, (st) => st.state === 'CONTAINER_RUNNING');
+    expect((await client.execSync(cid, ['true'], 5)).exitCode).toBe(0);
+    expect((await client.execSync(cid, ['/bin/sh', '-c', 'exit 7'], 5)).exitCode).toBe(7);
+    const r = await client.execSync(cid, ['false'], 0);
+    expect(r.exitCode).toBe(1);
+    expect(Buffer.isBuffer(r.stdout) && Buffer.isBuffer(r.stderr)).toBe(true);
+    await client.stopContainer(cid, 0);
+    await waitForStatus(client, cid, (st) => st.state === 'CONTAINER_EXITED');
+    const err = await rejection(client.execSync(cid, ['true'], 5));
+    expect(err.code).not.toBe('NOT_FOUND');
+  });
+
   it('fails CreateContainer for a missing Localhost seccomp profile with INTERNAL and the runtime message', async () => {
     const { id: sandboxId, config } = await runSandbox();
     const profile = path.join(logDir, `missing-${crypto.randomUUID()}.json`);
