@@ -251,6 +251,10 @@ export class CriPodRuntime implements PodRuntime {
     await this.#o.cri.stopContainer(id, gracePeriodSeconds).catch(ignoreNotFound);
   }
 
+  execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }> {
+    return this.#o.cri.execSync(id, cmd, timeoutSeconds);
+  }
+
   async removeContainer(id: string): Promise<void> {
     this.#statuses.delete(id);
     await this.#o.cri.removeContainer(id);

@@ -17,6 +17,7 @@ import type { Logger } from '../log.js';
 import type { ObservedPod } from './observed.js';
 import { computePodActions, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
+import { ProbeManager } from './probes.js';
 import { computePodStatus } from './status.js';
 
 export interface PodManagerOptions {
@@ -98,9 +99,28 @@ export class PodManager {
   #lastTurn = 0;
   #lastError = '';
   #sourcesReady = false;
+  readonly #probes: ProbeManager;
 
   constructor(o: PodManagerOptions) {
     this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, ...o };
+    this.#probes = new ProbeManager({
+      exec: (id, cmd, timeout) => this.#o.runtime.execSync(id, cmd, timeout),
+      clock: this.#o.clock,
+      events: this.#o.events,
+      logger: this.#o.logger.child({ component: 'probes' }),
+      onChange: (uid) => this.#wake(uid),
+    });
+  }
+
+  /** A probe result changed: the pod's worker syncs now (status, or a restart). */
+  #wake(uid: string): void {
+    const w = this.#workers.get(uid);
+    if (w && !w.terminating && this.#desired.has(uid)) void w.request(() => this.#sync(w));
+  }
+
+  /** The probe scheduler, for tests that drive it turn by turn. */
+  get probes(): ProbeManager {
+    return this.#probes;
   }
 
   get #log(): Logger {
@@ -257,6 +277,13 @@ export class PodManager {
         ev.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${pod.metadata?.name}_${pod.metadata?.namespace ?? 'default'}(${uid})`);
       }
 
+      // A failed liveness or startup probe: the container is killed; restartPolicy decides the rest.
+      if (!actions.killPod) {
+        for (const c of observed.containers) {
+          const why = c.state === 'running' ? this.#probes.mustRestart(c.id) : undefined;
+          if (why && !actions.kill.some((k) => k.id === c.id)) actions.kill.push({ id: c.id, name: c.name, reason: why });
+        }
+      }
       if (actions.killPod) await this.#killAll(pod, observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
       const readySandbox = observed.sandboxes.find((s) => s.ready);
       let sandboxId = readySandbox?.id;
@@ -280,7 +307,7 @@ export class PodManager {
       }
       for (const k of actions.kill) {
         log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
-        ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', `Stopping container ${k.name}`);
+        ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', k.reason.endsWith('will be restarted') ? k.reason : `Stopping container ${k.name}`);
         await rt.stopContainer(k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds));
       }
       for (const s of actions.start) {
@@ -322,7 +349,10 @@ export class PodManager {
 
       observed = await rt.observePod(uid);
       w.observed = observed;
+      const running = observed.containers.filter((c) => c.state === 'running' && c.podSandboxId === sandboxId);
+      this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), w.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1');
       const status = computePodStatus({
+        probes: this.#probes,
         pod,
         observed,
         waiting,
@@ -354,6 +384,7 @@ export class PodManager {
     const rt = this.#o.runtime;
     const log = this.#log.child({ pod: podKey(pod), uid });
     try {
+      this.#probes.remove(uid);
       const observed = await rt.observePod(uid);
       await this.#killAll(pod, observed, grace, log);
       for (const c of observed.containers) await rt.removeContainer(c.id);
@@ -369,6 +400,7 @@ export class PodManager {
   }
 
   start(): void {
+    this.#probes.start();
     const signal = this.#ctl.signal;
     this.#loop = (async () => {
       while (!signal.aborted) {
@@ -386,6 +418,7 @@ export class PodManager {
   async stop(): Promise<void> {
     this.#ctl.abort();
     await this.#loop;
+    await this.#probes.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.idle()));
   }
 }

@@ -95,12 +95,12 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number):
     return prev ? prev.restartCount + 1 : 0;
   };
 
-  // Dead containers beyond the newest of each name, and old idle sandboxes, go away.
+  // Of each name's dead containers the newest stays (it is the status's lastState, as the
+  // kubelet's container GC keeps one per container); older ones, and old idle sandboxes, go.
   const names = new Set(observed.containers.map((c) => c.name));
   for (const name of names) {
     const dead = containersNamed(observed, name).filter((c) => c.state === 'exited');
-    const newest = containersNamed(observed, name)[0];
-    for (const c of dead) if (c !== newest) actions.removeContainers.push(c.id);
+    for (const c of dead.slice(1)) actions.removeContainers.push(c.id);
   }
   for (const s of observed.sandboxes) {
     if (s === sb || s.ready) continue;

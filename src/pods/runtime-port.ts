@@ -36,6 +36,8 @@ export interface PodRuntime {
   /** Creates and starts a container; throws with reason CreateContainerConfigError/CreateContainerError/RunContainerError. */
   startContainer(spec: StartSpec): Promise<string>;
   stopContainer(id: string, gracePeriodSeconds: number): Promise<void>;
+  /** Runs a command in a running container (exec probes); a failing command is its exit code, not an error. */
+  execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }>;
   removeContainer(id: string): Promise<void>;
   /** `containerd`, `cri-o`: the prefix of container IDs in pod status. */
   runtimeName(): string;

@@ -18,6 +18,8 @@ export interface StatusInputs {
   /** The previous status, to keep lastTransitionTime of unchanged conditions. */
   previous?: PodStatus;
   now: number;
+  /** Probe results of running containers (default: running is started and ready). */
+  probes?: { ready(containerId: string): boolean; started(containerId: string): boolean };
 }
 
 const iso = (ms: number | undefined) => (ms === undefined ? undefined : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
@@ -43,6 +45,7 @@ function containerStatus(
   waiting: Waiting | undefined,
   defaultWaiting: string,
   runtimeName: string,
+  probes?: StatusInputs['probes'],
 ): ContainerStatus {
   const all = containersNamed(observed, name);
   const cur = all.find((c) => c.podSandboxId === sandboxId) ?? all[0];
@@ -65,12 +68,12 @@ function containerStatus(
     name,
     state,
     lastState,
-    ready: !!state.running,
+    ready: !!state.running && (!probes || probes.ready(cur!.id)),
     restartCount: cur?.restartCount ?? 0,
     image,
     imageID: cur?.imageRef ?? '',
     ...(cur ? { containerID: `${runtimeName}://${cur.id}` } : {}),
-    started: !!state.running,
+    started: !!state.running && (!probes || probes.started(cur!.id)),
   };
 }
 
@@ -83,7 +86,7 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
   const initStatuses = inits.map((c) => containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], 'PodInitializing', runtimeName));
   const initialized = initStatuses.every((s) => s.state?.terminated?.exitCode === 0);
   const appStatuses = apps.map((c) =>
-    containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName),
+    containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName, inp.probes),
   );
   const initFailed = initStatuses.some((s) => (s.state?.terminated?.exitCode ?? 0) !== 0) && restartPolicy(pod) === 'Never';
 

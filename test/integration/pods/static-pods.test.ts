@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { eventually } from '../../helpers/nodelet.js';
+import { eventually, freePort } from '../../helpers/nodelet.js';
 import { busyboxPod, containerLog, NODE_NAME, runtimePods, startPodNode, type PodNode } from './harness.js';
 
 let node: PodNode;
@@ -120,6 +120,54 @@ describe('static pods on containerd', () => {
     expect(done.status!.containerStatuses![0]).toMatchObject({ restartCount: 0, state: { terminated: { exitCode: 0, reason: 'Completed' } } });
     await new Promise((r) => setTimeout(r, 2000));
     expect((await runtimeContainers(done.metadata!.uid!)).length).toBe(1);
+  });
+
+  it('probes on containerd: an httpGet readiness probe makes the container ready; a failing exec liveness probe restarts it', async () => {
+    const port = await freePort();
+    node.writeManifest(
+      'probed.yaml',
+      busyboxPod('probed', '', {
+        spec: {
+          containers: [
+            {
+              name: 'main',
+              image: 'docker.io/local/busybox:latest',
+              imagePullPolicy: 'IfNotPresent',
+              command: ['/bin/sh', '-c', 'touch /tmp/healthy; sleep 3; rm /tmp/healthy; sleep 3600'],
+              livenessProbe: { exec: { command: ['cat', '/tmp/healthy'] }, periodSeconds: 1, failureThreshold: 1 },
+            },
+            {
+              name: 'web',
+              image: 'docker.io/local/busybox:latest',
+              imagePullPolicy: 'IfNotPresent',
+              command: ['/bin/sh', '-c', `mkdir -p /www && echo ok > /www/index.html && sleep 2 && exec httpd -f -p 127.0.0.1:${port} -h /www`],
+              ports: [{ name: 'http', containerPort: port }],
+              readinessProbe: { httpGet: { host: '127.0.0.1', port: 'http', path: '/index.html' }, periodSeconds: 1 },
+            },
+          ],
+        },
+      }),
+    );
+    // web: running but not ready until httpd answers (it starts 2 s late).
+    const notReady = await eventually(async () => {
+      const p = await node.pod('probed');
+      const web = p?.status?.containerStatuses?.find((c) => c.name === 'web');
+      return web?.state?.running ? web : undefined;
+    }, 30_000);
+    expect(notReady.ready).toBe(false);
+    const ready = await eventually(async () => {
+      const p = await node.pod('probed');
+      return p?.status?.containerStatuses?.find((c) => c.name === 'web')?.ready ? p : undefined;
+    }, 15_000);
+    expect(ready.status!.containerStatuses!.find((c) => c.name === 'web')).toMatchObject({ started: true, state: { running: {} } });
+    // main: /tmp/healthy goes after 3 s, the liveness probe fails, the container is killed and restarted.
+    const restarted = await eventually(async () => {
+      const p = await node.pod('probed');
+      const main = p?.status?.containerStatuses?.find((c) => c.name === 'main');
+      return main && main.restartCount >= 1 && main.lastState?.terminated ? main : undefined;
+    }, 30_000);
+    expect(restarted.lastState!.terminated).toMatchObject({ exitCode: 137 });
+    expect(node.nodelet.records.some((r) => r.level === 'warn' && /liveness probe failed 1 times: cat: can't open '\/tmp\/healthy'/.test(r.msg))).toBe(true);
   });
 
   it('runs init containers in order to completion before the containers', async () => {

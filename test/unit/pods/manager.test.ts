@@ -98,6 +98,13 @@ class MemRuntime implements PodRuntime {
     this.calls.push(`removeContainer ${id}`);
     this.containers.delete(id);
   }
+  /** Exit code of ExecSync per container name (default 0). */
+  execExit = new Map<string, number>();
+  async execSync(id: string) {
+    const c = this.containers.get(id);
+    if (!c || c.state !== 'running') throw new NodeletError('INTERNAL', `container ${id} is not running`);
+    return { exitCode: this.execExit.get(c.name) ?? 0, stdout: Buffer.from(''), stderr: Buffer.from('') };
+  }
   runtimeName() {
     return 'containerd';
   }
@@ -309,6 +316,51 @@ describe('PodManager', () => {
     m.setDesired([mkPod('u2')]);
     await m.syncOnce();
     expect(events.at(-1)).toBe('Warning Failed web-u2 spec.containers{app}: Error: CreateContainerError: no such file');
+  });
+
+  it('probes: a failing readiness probe keeps the pod not Ready; a failing liveness probe kills the container and restartPolicy restarts it', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const events: string[] = [];
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, events: { emit: (_r, type, reason, message) => events.push(`${type} ${reason}: ${message}`) } });
+    m.setSourcesReady();
+    const pod: Pod = {
+      ...mkPod('u1'),
+      spec: {
+        ...mkPod('u1').spec!,
+        containers: [{ name: 'app', image: 'busybox', readinessProbe: { exec: { command: ['ready'] }, periodSeconds: 1 }, livenessProbe: { exec: { command: ['alive'] }, periodSeconds: 1, failureThreshold: 2 } }],
+      },
+    };
+    m.setDesired([pod]);
+    await m.syncOnce();
+    const appStatus = () => m.listPods()[0]!.status!;
+    expect(appStatus().containerStatuses![0]).toMatchObject({ ready: false, started: true, state: { running: {} } });
+    expect(appStatus().conditions!.find((c) => c.type === 'Ready')!.status).toBe('False');
+    await m.probes.tick();
+    await m.syncOnce();
+    expect(appStatus().containerStatuses![0]!.ready).toBe(true);
+    expect(appStatus().conditions!.find((c) => c.type === 'Ready')!.status).toBe('True');
+
+    // Liveness fails twice: the container is killed, then started again (restartCount 1).
+    rt.execExit.set('app', 1);
+    clock.t += 1000;
+    await m.probes.tick();
+    clock.t += 1000;
+    await m.probes.tick();
+    await m.syncOnce();
+    expect(events).toContain('Normal Killing: Container app failed liveness probe, will be restarted');
+    // Both probes run the same failing command (the test runtime answers per container).
+    expect(events.filter((e) => e.startsWith('Warning Unhealthy')).sort()).toEqual([
+      'Warning Unhealthy: Liveness probe failed: command ["alive"] exited with 1',
+      'Warning Unhealthy: Liveness probe failed: command ["alive"] exited with 1',
+      'Warning Unhealthy: Readiness probe failed: command ["ready"] exited with 1',
+      'Warning Unhealthy: Readiness probe failed: command ["ready"] exited with 1',
+    ]);
+    clock.t += 1000;
+    await m.syncOnce();
+    expect(appStatus().containerStatuses![0]).toMatchObject({ restartCount: 1, state: { running: {} }, lastState: { terminated: { exitCode: 137 } } });
+    // The new container is probed afresh: not ready until its readiness probe succeeds.
+    expect(appStatus().containerStatuses![0]!.ready).toBe(false);
   });
 
   it('removes runtime pods that no source wants (after a restart), once the sources are ready', async () => {

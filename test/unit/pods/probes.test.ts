@@ -1,0 +1,174 @@
+import http from 'node:http';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
+import type { Container, Pod, Probe } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../../src/log.js';
+import { ProbeManager, runProbe, type ExecFn } from '../../../src/pods/probes.js';
+import { ManualClock } from '../../helpers/clock.js';
+
+let server: http.Server;
+let port: number;
+let closedPort: number;
+
+beforeAll(async () => {
+  server = http.createServer((req, res) => {
+    if (req.url === '/slow') return void setTimeout(() => res.end('late'), 3000);
+    res.statusCode = req.url === '/healthz' && req.headers['x-probe'] === 'yes' ? 200 : req.url === '/redirect' ? 302 : 503;
+    res.end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  port = (server.address() as AddressInfo).port;
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  closedPort = (s.address() as AddressInfo).port;
+  await new Promise((r) => s.close(r));
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+});
+
+const container: Container = { name: 'app', image: 'busybox', ports: [{ name: 'web', containerPort: 0 }] };
+const target = (c: Container = container) => ({ containerId: 'c1', container: c, host: '127.0.0.1' });
+const exec =
+  (exitCode: number, stdout = ''): ExecFn =>
+  async () => ({ exitCode, stdout: Buffer.from(stdout), stderr: Buffer.from('') });
+
+describe('runProbe', () => {
+  it('exec: exit 0 succeeds; another exit code fails with the output, or the code when there is none', async () => {
+    expect(await runProbe({ exec: { command: ['true'] } }, target(), exec(0))).toEqual({ ok: true, output: '' });
+    expect(await runProbe({ exec: { command: ['cat', '/tmp/healthy'] } }, target(), exec(1, 'cat: /tmp/healthy: No such file or directory\n'))).toEqual({
+      ok: false,
+      output: 'cat: /tmp/healthy: No such file or directory',
+    });
+    expect(await runProbe({ exec: { command: ['false'] } }, target(), exec(1))).toEqual({ ok: false, output: 'command ["false"] exited with 1' });
+    const failing: ExecFn = async () => {
+      throw new Error('container is not running');
+    };
+    expect(await runProbe({ exec: { command: ['true'] } }, target(), failing)).toEqual({ ok: false, output: 'container is not running' });
+  });
+
+  it('httpGet: 2xx and 3xx succeed (headers sent, named ports resolved); other codes, timeouts and refused connections fail', async () => {
+    const named = { ...container, ports: [{ name: 'web', containerPort: port }] };
+    const get = (path: string, extra: Partial<NonNullable<Probe['httpGet']>> = {}, t = target(named)) => runProbe({ httpGet: { path, port: 'web', httpHeaders: [{ name: 'X-Probe', value: 'yes' }], ...extra }, timeoutSeconds: 1 }, t, exec(0));
+    expect(await get('/healthz')).toEqual({ ok: true, output: '' });
+    expect(await get('/redirect')).toEqual({ ok: true, output: '' });
+    expect(await get('/other')).toEqual({ ok: false, output: 'HTTP probe failed with statuscode: 503' });
+    expect((await get('/slow')).output).toMatch(/context deadline exceeded/);
+    expect((await get('/', { port: closedPort })).output).toMatch(new RegExp(`^Get "http://127.0.0.1:${closedPort}/": connect ECONNREFUSED`));
+    expect(await get('/', { port: 'nope' })).toEqual({ ok: false, output: 'httpGet port "nope" is not a number nor a port of the container' });
+  });
+
+  it('tcpSocket: a listening port succeeds, a closed one fails; grpc is refused with a reason', async () => {
+    expect(await runProbe({ tcpSocket: { port } }, target(), exec(0))).toEqual({ ok: true, output: '' });
+    expect((await runProbe({ tcpSocket: { port: closedPort } }, target(), exec(0))).output).toMatch(new RegExp(`^dial tcp 127.0.0.1:${closedPort}: connect ECONNREFUSED`));
+    expect(await runProbe({ grpc: { port: 1 } }, target(), exec(0))).toEqual({ ok: false, output: 'grpc probes are not supported by nodelet' });
+  });
+});
+
+function setup(spec: Partial<Container>) {
+  const clock = new ManualClock(1_000_000);
+  let exitCode = 0;
+  const calls: string[] = [];
+  const changes: string[] = [];
+  const events: string[] = [];
+  const pm = new ProbeManager({
+    exec: async (_id, cmd) => {
+      calls.push(cmd.join(' '));
+      return { exitCode: typeof exitCode === 'number' ? exitCode : 0, stdout: Buffer.from(''), stderr: Buffer.from('') };
+    },
+    clock,
+    logger: silentLogger(),
+    events: { emit: (_ref, type, reason, message) => events.push(`${type} ${reason}: ${message}`) },
+    onChange: (uid) => changes.push(uid),
+  });
+  const pod: Pod = { metadata: { name: 'p', namespace: 'default', uid: 'u1' }, spec: { containers: [{ name: 'app', image: 'busybox', ...spec }] } };
+  pm.update(pod, [{ id: 'c1', name: 'app', startedAt: clock.t }], '127.0.0.1');
+  const turn = async (ms: number) => {
+    clock.t += ms;
+    await pm.tick();
+  };
+  return { clock, pm, calls, changes, events, turn, setExit: (c: number) => (exitCode = c) };
+}
+
+const probe = (cmd: string, o: Partial<Probe> = {}): Probe => ({ exec: { command: [cmd] }, periodSeconds: 1, ...o });
+
+describe('ProbeManager', () => {
+  it('readiness starts false, waits initialDelaySeconds, turns true after successThreshold successes and false after failureThreshold failures', async () => {
+    const { pm, calls, changes, turn, setExit, events } = setup({ readinessProbe: probe('ready', { initialDelaySeconds: 5, successThreshold: 2, failureThreshold: 2 }) });
+    expect(pm.ready('c1')).toBe(false);
+    await turn(4000);
+    expect(calls).toEqual([]);
+    await turn(1000);
+    expect(pm.ready('c1')).toBe(false); // 1 of 2 successes
+    await turn(1000);
+    expect(pm.ready('c1')).toBe(true);
+    expect(changes).toEqual(['u1']);
+    setExit(1);
+    await turn(1000);
+    expect(pm.ready('c1')).toBe(true); // 1 of 2 failures
+    await turn(1000);
+    expect(pm.ready('c1')).toBe(false);
+    expect(changes).toEqual(['u1', 'u1']);
+    expect(pm.mustRestart('c1')).toBeUndefined(); // readiness never restarts
+    expect(events).toEqual(['Warning Unhealthy: Readiness probe failed: command ["ready"] exited with 1', 'Warning Unhealthy: Readiness probe failed: command ["ready"] exited with 1']);
+  });
+
+  it('liveness starts true and asks for a restart after failureThreshold failures in a row', async () => {
+    const { pm, turn, setExit, changes } = setup({ livenessProbe: probe('alive', { failureThreshold: 3 }) });
+    expect(pm.ready('c1')).toBe(true);
+    setExit(1);
+    await turn(0);
+    await turn(1000);
+    setExit(0);
+    await turn(1000); // a success resets the count
+    setExit(1);
+    await turn(1000);
+    await turn(1000);
+    expect(pm.mustRestart('c1')).toBeUndefined();
+    await turn(1000);
+    expect(pm.mustRestart('c1')).toBe('Container app failed liveness probe, will be restarted');
+    expect(changes).toEqual(['u1']);
+  });
+
+  it('a startup probe holds liveness and readiness back until it succeeds, and gives up after failureThreshold', async () => {
+    const { pm, calls, turn, setExit } = setup({
+      startupProbe: probe('started', { failureThreshold: 2 }),
+      livenessProbe: probe('alive'),
+      readinessProbe: probe('ready'),
+    });
+    setExit(1);
+    await turn(0);
+    expect(calls).toEqual(['started']);
+    expect([pm.started('c1'), pm.ready('c1'), pm.mustRestart('c1')]).toEqual([false, false, undefined]);
+    setExit(0);
+    await turn(1000);
+    expect(pm.started('c1')).toBe(true);
+    await turn(1000);
+    expect(calls.slice(2).sort()).toEqual(['alive', 'ready']);
+    expect(pm.ready('c1')).toBe(true);
+
+    const other = setup({ startupProbe: probe('started', { failureThreshold: 2 }), livenessProbe: probe('alive') });
+    other.setExit(1);
+    await other.turn(0);
+    await other.turn(1000);
+    expect(other.pm.mustRestart('c1')).toBe('Container app failed startup probe, will be restarted');
+    expect(other.calls).toEqual(['started', 'started']);
+  });
+
+  it('a new container ID starts fresh; a container gone stops its probes', async () => {
+    const { pm, calls, turn, clock } = setup({ readinessProbe: probe('ready') });
+    await turn(0);
+    expect(pm.ready('c1')).toBe(true);
+    const pod: Pod = { metadata: { name: 'p', namespace: 'default', uid: 'u1' }, spec: { containers: [{ name: 'app', image: 'busybox', readinessProbe: probe('ready') }] } };
+    pm.update(pod, [{ id: 'c2', name: 'app', startedAt: clock.t }], '127.0.0.1');
+    expect(pm.ready('c2')).toBe(false);
+    expect(pm.ready('c1')).toBe(true); // no worker any more: nothing holds it back
+    pm.remove('u1');
+    const before = calls.length;
+    await turn(5000);
+    expect(calls.length).toBe(before);
+  });
+});
