@@ -145,7 +145,7 @@ export class ProbeManager {
   /** By `<containerId>/<kind>`. */
   readonly #workers = new Map<string, Worker>();
   readonly #loop: PeriodicLoop;
-  readonly #inFlight = new Set<Promise<void>>();
+  #stopped = false;
 
   constructor(o: ProbeManagerOptions) {
     this.#o = { clock: realClock, events: noEvents, ...o };
@@ -220,9 +220,10 @@ export class ProbeManager {
     this.#loop.start();
   }
 
+  /** Stops probing. Probes in flight are not waited for (an exec may take its whole timeout); their results are dropped. */
   async stop(): Promise<void> {
+    this.#stopped = true;
     await this.#loop.stop();
-    await Promise.all(this.#inFlight);
   }
 
   /** Starts the probes that are due; resolves when they are done (tests await it, the loop does not). */
@@ -237,12 +238,11 @@ export class ProbeManager {
       if (w.kind !== 'startup' && !this.started(w.target.containerId)) continue;
       w.running = true;
       w.nextAt = now + Math.max(1, w.probe.periodSeconds ?? 10) * 1000;
-      const p = this.#probe(w).finally(() => {
-        w.running = false;
-        this.#inFlight.delete(p);
-      });
-      this.#inFlight.add(p);
-      runs.push(p);
+      runs.push(
+        this.#probe(w).finally(() => {
+          w.running = false;
+        }),
+      );
     }
     // The loop only starts them: one slow probe never holds back the next tick.
     if (this.#loop.running) return;
@@ -252,7 +252,7 @@ export class ProbeManager {
   async #probe(w: Worker): Promise<void> {
     const out = await runProbe(w.probe, w.target, this.#o.exec);
     const key = `${w.target.containerId}/${w.kind}`;
-    if (this.#workers.get(key) !== w) return; // the container went meanwhile
+    if (this.#stopped || this.#workers.get(key) !== w) return; // stopped, or the container went meanwhile
     const before = w.result;
     if (out.ok) {
       w.failures = 0;
