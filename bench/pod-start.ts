@@ -11,45 +11,21 @@
  * Run: `npm run build && node dist/bench/pod-start.js [iterations]` (root; starts the
  * private containerd in /var/lib/nodelet-dev/containerd-bench via scripts/containerd.sh).
  */
-import { execFileSync } from 'node:child_process';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { silentLogger } from '../src/log.js';
 import { CriPodRuntime } from '../src/pods/cri-pod-runtime.js';
 import { PodManager } from '../src/pods/manager.js';
 import { createCriClient, type CriClient } from '../src/runtime/cri-client.js';
-import type { ContainerConfig, PodSandboxConfig } from '../src/runtime/types.js';
+import { benchContainerd, IMAGE, removeAll, sandboxConfig, sleeperConfig } from './runtime.js';
 import { ratioTable, writeSection } from './sections.js';
-
-const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const IMAGE = 'docker.io/local/busybox:latest';
-
-async function removeAll(cri: CriClient): Promise<void> {
-  for (const s of await cri.listPodSandbox()) {
-    await cri.stopPodSandbox(s.id).catch(() => undefined);
-    await cri.removePodSandbox(s.id);
-  }
-}
 
 async function direct(cri: CriClient, i: number, logDir: string): Promise<number> {
   const uid = `direct-${i}`;
-  const labels = { 'io.kubernetes.pod.uid': uid, 'io.kubernetes.pod.name': uid, 'io.kubernetes.pod.namespace': 'bench' };
-  const sandbox: PodSandboxConfig = {
-    metadata: { name: uid, uid, namespace: 'bench', attempt: 0 },
-    logDirectory: logDir,
-    labels,
-    linux: { securityContext: { namespaceOptions: { network: 'NODE', pid: 'CONTAINER', ipc: 'POD', targetId: '' } } },
-  };
-  const container: ContainerConfig = {
-    metadata: { name: 'main', attempt: 0 },
-    image: { image: IMAGE },
-    command: ['sleep', '3600'],
-    labels: { ...labels, 'io.kubernetes.container.name': 'main' },
-    logPath: `main-${i}.log`,
-  };
+  const sandbox = sandboxConfig(uid, logDir);
+  const container = sleeperConfig(uid, 'main', `main-${i}.log`);
   const t0 = performance.now();
   const sid = await cri.runPodSandbox(sandbox);
   const cid = await cri.createContainer(sid, container, sandbox);
@@ -71,11 +47,7 @@ function pod(i: number): Pod {
 async function main(): Promise<void> {
   const iterations = Math.max(5, Number(process.argv[2] ?? 30) || 30);
   const warmup = 3;
-  const out = execFileSync(path.join(PROJECT, 'scripts/containerd.sh'), ['start'], {
-    env: { ...process.env, NODELET_CONTAINERD_DIR: '/var/lib/nodelet-dev/containerd-bench' },
-    encoding: 'utf8',
-  });
-  const endpoint = out.trim().split('\n').pop()!;
+  const endpoint = benchContainerd();
   const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'nodelet-bench-pods-'));
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 30_000 });
   const runtime = new CriPodRuntime({ cri, rootDir: path.join(tmp, 'root'), podLogsDir: path.join(tmp, 'logs'), seccompDefault: false });

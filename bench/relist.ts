@@ -12,48 +12,22 @@
  * Run: `npm run build && node dist/bench/relist.js [iterations] [pods]` (root; starts the
  * private containerd in /var/lib/nodelet-dev/containerd-bench via scripts/containerd.sh).
  */
-import { execFileSync } from 'node:child_process';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { CriPodRuntime } from '../src/pods/cri-pod-runtime.js';
 import { createCriClient, type CriClient } from '../src/runtime/cri-client.js';
-import type { ContainerConfig, PodSandboxConfig } from '../src/runtime/types.js';
+import { benchContainerd, removeAll, sandboxConfig, sleeperConfig } from './runtime.js';
 import { ratioTable, writeSection } from './sections.js';
 
-const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const IMAGE = 'docker.io/local/busybox:latest';
 const CONTAINERS = ['main', 'sidecar'];
-
-async function removeAll(cri: CriClient): Promise<void> {
-  for (const s of await cri.listPodSandbox()) {
-    await cri.stopPodSandbox(s.id).catch(() => undefined);
-    await cri.removePodSandbox(s.id);
-  }
-}
 
 /** A running hostNetwork pod with two sleeping containers, labelled as the kubelet labels them. */
 async function runPod(cri: CriClient, i: number, logDir: string): Promise<void> {
   const uid = `relist-${i}`;
-  const labels = { 'io.kubernetes.pod.uid': uid, 'io.kubernetes.pod.name': uid, 'io.kubernetes.pod.namespace': 'bench' };
-  const sandbox: PodSandboxConfig = {
-    metadata: { name: uid, uid, namespace: 'bench', attempt: 0 },
-    logDirectory: logDir,
-    labels,
-    linux: { securityContext: { namespaceOptions: { network: 'NODE', pid: 'CONTAINER', ipc: 'POD', targetId: '' } } },
-  };
+  const sandbox = sandboxConfig(uid, logDir);
   const sid = await cri.runPodSandbox(sandbox);
-  for (const name of CONTAINERS) {
-    const container: ContainerConfig = {
-      metadata: { name, attempt: 0 },
-      image: { image: IMAGE },
-      command: ['sleep', '3600'],
-      labels: { ...labels, 'io.kubernetes.container.name': name },
-      logPath: `${name}-${i}.log`,
-    };
-    await cri.startContainer(await cri.createContainer(sid, container, sandbox));
-  }
+  for (const name of CONTAINERS) await cri.startContainer(await cri.createContainer(sid, sleeperConfig(uid, name, `${name}-${i}.log`), sandbox));
 }
 
 async function timed(fn: () => Promise<unknown>): Promise<number> {
@@ -66,11 +40,7 @@ async function main(): Promise<void> {
   const iterations = Math.max(10, Number(process.argv[2] ?? 200) || 200);
   const pods = Math.max(1, Number(process.argv[3] ?? 10) || 10);
   const warmup = 10;
-  const out = execFileSync(path.join(PROJECT, 'scripts/containerd.sh'), ['start'], {
-    env: { ...process.env, NODELET_CONTAINERD_DIR: '/var/lib/nodelet-dev/containerd-bench' },
-    encoding: 'utf8',
-  });
-  const endpoint = out.trim().split('\n').pop()!;
+  const endpoint = benchContainerd();
   const tmp = await fsp.mkdtemp(path.join(os.tmpdir(), 'nodelet-bench-relist-'));
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 30_000 });
   const runtimeOptions = { cri, rootDir: path.join(tmp, 'root'), podLogsDir: path.join(tmp, 'logs'), seccompDefault: false };
