@@ -195,7 +195,6 @@ export class Daemon {
   }
 
   #pods: PodManager | undefined;
-  #events: ApiEventRecorder | undefined;
 
   async #buildServices(): Promise<Service[]> {
     const { flags, identity } = this.#deps;
@@ -245,9 +244,8 @@ export class Daemon {
       ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).
-    const cpPorts = this.#deps.controlPlane;
-    const events = cpPorts ? new ApiEventRecorder({ api: cpPorts.events, host: identity.nodeName, clock: this.#deps.clock, logger: log.child({ component: 'events' }) }) : undefined;
-    this.#events = events;
+    const cp = this.#deps.controlPlane;
+    const events = cp ? new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock: this.#deps.clock, logger: log.child({ component: 'events' }) }) : undefined;
     const pods = new PodManager({
       runtime: podRuntime,
       ...(events ? { events } : {}),
@@ -267,7 +265,6 @@ export class Daemon {
       stop: () => pods.stop(),
     });
     // Pod sources: static files always; the control plane's pods for this node when connected.
-    const cp = this.#deps.controlPlane;
     const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...(cp ? (['api'] as const) : [])], (list, allReady) => {
       pods.setDesired(list);
       if (allReady) pods.setSourcesReady();
@@ -290,7 +287,7 @@ export class Daemon {
     } else {
       log.info('no staticPodPath: no static pods');
     }
-    if (cp) services.push(...this.#connectedServices(cp, sources, mirrors!));
+    if (cp) services.push(...this.#connectedServices(cp, sources, mirrors!, events!));
 
     if (cfg.readOnlyPort !== 0) {
       const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });
@@ -369,13 +366,12 @@ export class Daemon {
    * status, the heartbeat lease. None of them blocks startup: a control plane that is down
    * shows in the logs and is retried, while static pods run.
    */
-  #connectedServices(cp: ControlPlanePorts, sources: PodSources, mirrors: MirrorPods): Service[] {
+  #connectedServices(cp: ControlPlanePorts, sources: PodSources, mirrors: MirrorPods, events: ApiEventRecorder): Service[] {
     const { identity } = this.#deps;
     const cfg = this.#deps.loaded.config;
     const log = this.#log;
     const machine = readMachineFacts();
     const evictionMemory = cfg.evictionHard['memory.available'];
-    const events = this.#events!;
     const reporter = new NodeReporter({
       api: cp.nodes,
       events,

@@ -281,7 +281,7 @@ export class PodManager {
       if (!actions.killPod) {
         for (const c of observed.containers) {
           const why = c.state === 'running' ? this.#probes.mustRestart(c.id) : undefined;
-          if (why && !actions.kill.some((k) => k.id === c.id)) actions.kill.push({ id: c.id, name: c.name, reason: why });
+          if (why && !actions.kill.some((k) => k.id === c.id)) actions.kill.push({ id: c.id, name: c.name, reason: why, event: why });
         }
       }
       if (actions.killPod) await this.#killAll(pod, observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
@@ -307,7 +307,7 @@ export class PodManager {
       }
       for (const k of actions.kill) {
         log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
-        ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', k.reason.endsWith('will be restarted') ? k.reason : `Stopping container ${k.name}`);
+        ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', k.event ?? `Stopping container ${k.name}`);
         await rt.stopContainer(k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds));
       }
       for (const s of actions.start) {

@@ -36,8 +36,8 @@ export interface PodActions {
   createSandbox?: { attempt: number };
   /** Containers to create and start, in order (init containers one at a time). */
   start: StartContainer[];
-  /** Running containers to stop. */
-  kill: { id: string; name: string; reason: string }[];
+  /** Running containers to stop; `event`, when set, is the Killing event's message. */
+  kill: { id: string; name: string; reason: string; event?: string }[];
   /** Dead containers no longer needed (older instances; the newest dead one stays for status). */
   removeContainers: string[];
   /** Old, not-ready sandboxes with nothing running in them. */
