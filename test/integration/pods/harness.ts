@@ -31,7 +31,8 @@ export interface PodNode {
   close(): Promise<void>;
 }
 
-export async function startPodNode(): Promise<PodNode> {
+/** `kubeconfig`: connected to that control plane (else standalone). */
+export async function startPodNode(o: { kubeconfig?: string } = {}): Promise<PodNode> {
   const { endpoint } = await ensureContainerd({ dir: PODS_CONTAINERD_DIR });
   const dir = tempDir('nodelet-pods-');
   const manifests = path.join(dir, 'manifests');
@@ -51,7 +52,7 @@ export async function startPodNode(): Promise<PodNode> {
     authentication: '{webhook: {enabled: false}, anonymous: {enabled: false}}',
     authorization: '{mode: AlwaysAllow}',
   });
-  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME];
+  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
   const node: PodNode = {
     dir,
