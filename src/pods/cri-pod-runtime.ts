@@ -15,7 +15,7 @@ import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { parseQuantity } from '../config/quantity.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import type { CriClient } from '../runtime/cri-client.js';
-import type { ContainerConfig, ContainerState, PodSandboxConfig } from '../runtime/types.js';
+import type { ContainerConfig, ContainerState, Mount, PodSandboxConfig } from '../runtime/types.js';
 import {
   ANN_CONTAINER_HASH,
   ANN_GRACE_PERIOD,
@@ -30,6 +30,7 @@ import {
 import type { ObservedContainer, ObservedContainerState, ObservedPod } from './observed.js';
 import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp } from './seccomp.js';
+import { containerMounts, removePodDir } from './volumes.js';
 
 export interface CriPodRuntimeOptions {
   cri: CriClient;
@@ -221,6 +222,12 @@ export class CriPodRuntime implements PodRuntime {
     const { pod, container } = s;
     const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
     if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name);
+    let mounts: Mount[];
+    try {
+      mounts = await containerMounts(pod, container, this.#o.rootDir);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
+    }
     let config: ContainerConfig;
     try {
       config = containerConfig(pod, container, {
@@ -228,6 +235,7 @@ export class CriPodRuntime implements PodRuntime {
         seccomp,
         quantity: (q) => parseQuantity(String(q)).value,
       }) as unknown as ContainerConfig;
+      config.mounts = mounts;
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
     }
@@ -253,6 +261,10 @@ export class CriPodRuntime implements PodRuntime {
 
   execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }> {
     return this.#o.cri.execSync(id, cmd, timeoutSeconds);
+  }
+
+  cleanupPod(uid: string): Promise<void> {
+    return removePodDir(this.#o.rootDir, uid);
   }
 
   async removeContainer(id: string): Promise<void> {

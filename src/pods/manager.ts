@@ -389,6 +389,7 @@ export class PodManager {
       await this.#killAll(pod, observed, grace, log);
       for (const c of observed.containers) await rt.removeContainer(c.id);
       for (const s of observed.sandboxes) await rt.removeSandbox(s.id);
+      await rt.cleanupPod(uid).catch((e) => log.warn({ err: errorMessage(e) }, `cannot remove the pod's volumes: ${errorMessage(e)}`));
       this.#workers.delete(uid);
       log.info('pod removed from the runtime');
     } catch (err) {

@@ -170,6 +170,51 @@ describe('static pods on containerd', () => {
     expect(node.nodelet.records.some((r) => r.level === 'warn' && /liveness probe failed 1 times: cat: can't open '\/tmp\/healthy'/.test(r.msg))).toBe(true);
   });
 
+  it('volumes on containerd: an emptyDir shared by two containers, a hostPath the host sees, a readOnly mount; the emptyDir goes with the pod', async () => {
+    const hostDir = path.join(node.dir, 'host-data');
+    node.writeManifest(
+      'vols.yaml',
+      busyboxPod('vols', '', {
+        spec: {
+          volumes: [
+            { name: 'shared', emptyDir: {} },
+            { name: 'data', hostPath: { path: hostDir, type: 'DirectoryOrCreate' } },
+          ],
+          containers: [
+            {
+              name: 'writer',
+              image: 'docker.io/local/busybox:latest',
+              imagePullPolicy: 'IfNotPresent',
+              command: ['/bin/sh', '-c', 'echo from-writer > /shared/note; echo on-host > /data/out; sleep 3600'],
+              volumeMounts: [{ name: 'shared', mountPath: '/shared' }, { name: 'data', mountPath: '/data' }],
+            },
+            {
+              name: 'reader',
+              image: 'docker.io/local/busybox:latest',
+              imagePullPolicy: 'IfNotPresent',
+              command: ['/bin/sh', '-c', 'until [ -f /shared/note ]; do sleep 0.2; done; cat /shared/note; touch /shared/ro 2>/dev/null || echo read-only; sleep 3600'],
+              volumeMounts: [{ name: 'shared', mountPath: '/shared', readOnly: true }],
+            },
+          ],
+        },
+      }),
+    );
+    const pod = await running('vols');
+    await eventually(() => containerLog(node, pod, 'reader').includes('from-writer') && containerLog(node, pod, 'reader').includes('read-only'), 15_000);
+    expect(fs.readFileSync(path.join(hostDir, 'out'), 'utf8')).toBe('on-host\n');
+    const emptyDir = path.join(node.rootDir, 'pods', pod.metadata!.uid!, 'volumes', 'kubernetes.io~empty-dir', 'shared');
+    expect(fs.readFileSync(path.join(emptyDir, 'note'), 'utf8')).toBe('from-writer\n');
+    fs.rmSync(path.join(node.manifests, 'vols.yaml'));
+    await eventually(() => !fs.existsSync(path.join(node.rootDir, 'pods', pod.metadata!.uid!)), 30_000);
+    expect(fs.existsSync(path.join(hostDir, 'out'))).toBe(true);
+  });
+
+  it('a volume nodelet cannot set up leaves the container waiting with CreateContainerConfigError naming it', async () => {
+    node.writeManifest('cfgvol.yaml', busyboxPod('cfgvol', 'sleep 3600', { container: { volumeMounts: [{ name: 'cfg', mountPath: '/cfg' }] }, spec: { volumes: [{ name: 'cfg', configMap: { name: 'app' } }] } }));
+    const waiting = await eventually(async () => (await node.pod('cfgvol'))?.status?.containerStatuses?.[0]?.state?.waiting, 20_000);
+    expect(waiting).toMatchObject({ reason: 'CreateContainerConfigError', message: expect.stringContaining('volume "cfg": type configMap is not supported by nodelet') });
+  });
+
   it('runs init containers in order to completion before the containers', async () => {
     node.writeManifest(
       'init.yaml',

@@ -105,6 +105,9 @@ class MemRuntime implements PodRuntime {
     if (!c || c.state !== 'running') throw new NodeletError('INTERNAL', `container ${id} is not running`);
     return { exitCode: this.execExit.get(c.name) ?? 0, stdout: Buffer.from(''), stderr: Buffer.from('') };
   }
+  async cleanupPod(uid: string) {
+    this.calls.push(`cleanupPod ${uid}`);
+  }
   runtimeName() {
     return 'containerd';
   }
@@ -212,7 +215,7 @@ describe('PodManager', () => {
     expect(m.listPods()[0]!.status!.containerStatuses![0]).toMatchObject({ restartCount: 2, state: { running: {} } });
   });
 
-  it('a removed pod is stopped with its grace period and removed with its sandbox', async () => {
+  it('a removed pod is stopped with its grace period and removed with its sandbox, then its volumes', async () => {
     const { rt, m } = setup();
     m.setDesired([mkPod('u1'), mkPod('u2')]);
     await m.syncOnce();
@@ -224,6 +227,7 @@ describe('PodManager', () => {
       expect.stringMatching(/^stopSandbox s\d+$/),
       expect.stringMatching(/^removeContainer c\d+$/),
       expect.stringMatching(/^removeSandbox s\d+$/),
+      'cleanupPod u1',
     ]);
     expect(m.listPods().map((p) => p.metadata!.uid)).toEqual(['u2']);
     expect((await rt.listPods()).map((p) => p.uid)).toEqual(['u2']);
