@@ -17,6 +17,7 @@ import type { Logger } from '../log.js';
 import type { ObservedPod } from './observed.js';
 import { computePodActions, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
+import { runLifecycleHandler } from './hooks.js';
 import { ProbeManager } from './probes.js';
 import { computePodStatus } from './status.js';
 
@@ -44,6 +45,8 @@ class Mutex {
 }
 
 const START_ERROR_BACKOFF = { initialMs: 1_000, maxMs: 60_000 };
+/** How long the pod worker waits for a postStart hook (the kubelet's runtimeRequestTimeout). */
+const POST_START_TIMEOUT_S = 120;
 
 class PodWorker {
   pod: Pod;
@@ -104,7 +107,7 @@ export class PodManager {
   constructor(o: PodManagerOptions) {
     this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, ...o };
     this.#probes = new ProbeManager({
-      exec: (id, cmd, timeout) => this.#o.runtime.execSync(id, cmd, timeout),
+      exec: this.#exec,
       clock: this.#o.clock,
       events: this.#o.events,
       logger: this.#o.logger.child({ component: 'probes' }),
@@ -308,7 +311,7 @@ export class PodManager {
       for (const k of actions.kill) {
         log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
         ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', k.event ?? `Stopping container ${k.name}`);
-        await rt.stopContainer(k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds));
+        await this.#stopContainer(pod, k.name, k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
       }
       for (const s of actions.start) {
         const spec = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].find((c) => c.name === s.name)!;
@@ -332,6 +335,17 @@ export class PodManager {
           log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
           ev.emit(ref, 'Normal', 'Created', `Created container: ${s.name}`);
           ev.emit(ref, 'Normal', 'Started', `Started container ${s.name}`);
+          const postStart = spec.lifecycle?.postStart;
+          if (postStart) {
+            const out = await runLifecycleHandler(postStart, { containerId: id, container: spec, host: this.#hookHost(w) }, this.#exec, POST_START_TIMEOUT_S, this.#o.clock);
+            if (!out.ok) {
+              // As the kubelet: the container is killed and restarts per restartPolicy.
+              ev.emit(ref, 'Warning', 'FailedPostStartHook', out.output);
+              ev.emit(ref, 'Normal', 'Killing', `FailedPostStartHook`);
+              await rt.stopContainer(id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds)).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'));
+              throw new NodeletError('INTERNAL', `PostStartHook failed: ${out.output}`, { reason: 'PostStartHookError' });
+            }
+          }
         } catch (err) {
           const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';
           const failures = (prevErr?.failures ?? 0) + 1;
@@ -371,12 +385,40 @@ export class PodManager {
     }
   }
 
+  /**
+   * Stops a container: its preStop hook first, when it has one and a grace period, within
+   * that period; the runtime gets what is left of it (at least 2 s after a hook, as the
+   * kubelet's minimum shutdown window).
+   */
+  async #stopContainer(pod: Pod, name: string, id: string, grace: number, log: Logger): Promise<void> {
+    const spec = pod.spec?.containers?.find((c) => c.name === name) ?? pod.spec?.initContainers?.find((c) => c.name === name);
+    const preStop = spec?.lifecycle?.preStop;
+    let left = grace;
+    if (spec && preStop && grace > 0) {
+      const t0 = this.#o.clock.now();
+      const out = await runLifecycleHandler(preStop, { containerId: id, container: spec, host: this.#hookHost(this.#workers.get(pod.metadata?.uid ?? '')) }, this.#exec, grace, this.#o.clock);
+      if (!out.ok) {
+        log.warn({ container: name }, `preStop hook of ${name} failed: ${out.output}`);
+        this.#o.events.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'FailedPreStopHook', out.output);
+      }
+      left = Math.max(2, grace - Math.floor((this.#o.clock.now() - t0) / 1000));
+    }
+    await this.#o.runtime.stopContainer(id, left);
+  }
+
+  readonly #exec = (id: string, cmd: string[], timeout: number) => this.#o.runtime.execSync(id, cmd, timeout);
+
+  /** Where a hook's httpGet/tcpSocket connects when it names no host: the pod's IP. */
+  #hookHost(w: PodWorker | undefined): string {
+    return w?.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1';
+  }
+
   async #killAll(pod: Pod, observed: ObservedPod, grace: number, log: Logger): Promise<void> {
     const rt = this.#o.runtime;
     const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
     // A runtime pod no source knows (no spec) has no object for events to be about.
     if (pod.spec) for (const c of live) this.#o.events.emit(podRef(pod, containerOf(pod, c.name)), 'Normal', 'Killing', `Stopping container ${c.name}`);
-    await Promise.all(live.map((c) => rt.stopContainer(c.id, grace).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'))));
+    await Promise.all(live.map((c) => this.#stopContainer(pod, c.name, c.id, grace, log).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'))));
     for (const s of observed.sandboxes) await rt.stopSandbox(s.id).catch((e) => log.warn({ err: errorMessage(e) }, 'stop sandbox'));
   }
 

@@ -209,6 +209,29 @@ describe('static pods on containerd', () => {
     expect(fs.existsSync(path.join(hostDir, 'out'))).toBe(true);
   });
 
+  it('lifecycle hooks on containerd: postStart runs after the start, preStop before the stop', async () => {
+    const hostDir = path.join(node.dir, 'hooks');
+    node.writeManifest(
+      'hooked.yaml',
+      busyboxPod('hooked', 'sleep 3600', {
+        container: {
+          volumeMounts: [{ name: 'data', mountPath: '/data' }],
+          lifecycle: {
+            postStart: { exec: { command: ['/bin/sh', '-c', 'echo started > /data/poststart'] } },
+            preStop: { exec: { command: ['/bin/sh', '-c', 'echo drained > /data/prestop'] } },
+          },
+        },
+        spec: { terminationGracePeriodSeconds: 5, volumes: [{ name: 'data', hostPath: { path: hostDir, type: 'DirectoryOrCreate' } }] },
+      }),
+    );
+    await running('hooked');
+    expect(fs.readFileSync(path.join(hostDir, 'poststart'), 'utf8')).toBe('started\n');
+    expect(fs.existsSync(path.join(hostDir, 'prestop'))).toBe(false);
+    fs.rmSync(path.join(node.manifests, 'hooked.yaml'));
+    await eventually(() => fs.existsSync(path.join(hostDir, 'prestop')), 20_000);
+    expect(fs.readFileSync(path.join(hostDir, 'prestop'), 'utf8')).toBe('drained\n');
+  });
+
   it('a volume nodelet cannot set up leaves the container waiting with CreateContainerConfigError naming it', async () => {
     node.writeManifest('cfgvol.yaml', busyboxPod('cfgvol', 'sleep 3600', { container: { volumeMounts: [{ name: 'cfg', mountPath: '/cfg' }] }, spec: { volumes: [{ name: 'cfg', configMap: { name: 'app' } }] } }));
     const waiting = await eventually(async () => (await node.pod('cfgvol'))?.status?.containerStatuses?.[0]?.state?.waiting, 20_000);

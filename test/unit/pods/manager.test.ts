@@ -100,8 +100,9 @@ class MemRuntime implements PodRuntime {
   }
   /** Exit code of ExecSync per container name (default 0). */
   execExit = new Map<string, number>();
-  async execSync(id: string) {
+  async execSync(id: string, cmd: string[]) {
     const c = this.containers.get(id);
+    this.calls.push(`exec ${c?.name} ${cmd.join(' ')}`);
     if (!c || c.state !== 'running') throw new NodeletError('INTERNAL', `container ${id} is not running`);
     return { exitCode: this.execExit.get(c.name) ?? 0, stdout: Buffer.from(''), stderr: Buffer.from('') };
   }
@@ -365,6 +366,35 @@ describe('PodManager', () => {
     expect(appStatus().containerStatuses![0]).toMatchObject({ restartCount: 1, state: { running: {} }, lastState: { terminated: { exitCode: 137 } } });
     // The new container is probed afresh: not ready until its readiness probe succeeds.
     expect(appStatus().containerStatuses![0]!.ready).toBe(false);
+  });
+
+  it('lifecycle hooks: preStop runs before the stop and its time comes off the grace period; a failing postStart kills the container', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const events: string[] = [];
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, events: { emit: (_r, type, reason, message) => events.push(`${type} ${reason}: ${message}`) } });
+    m.setSourcesReady();
+    const withHooks = (uid: string, lifecycle: NonNullable<Pod['spec']>['containers'][number]['lifecycle']): Pod => ({
+      ...mkPod(uid),
+      spec: { ...mkPod(uid).spec!, terminationGracePeriodSeconds: 30, containers: [{ name: 'app', image: 'busybox', lifecycle }] },
+    });
+    m.setDesired([withHooks('u1', { preStop: { exec: { command: ['drain'] } }, postStart: { exec: { command: ['warm'] } } })]);
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('exec') || c.startsWith('startContainer'))).toEqual(['startContainer app 0', 'exec app warm']);
+    rt.calls = [];
+    m.setDesired([]);
+    await m.syncOnce();
+    expect(rt.calls.slice(0, 2)).toEqual(['exec app drain', expect.stringMatching(/^stopContainer c\d+$/)]);
+    expect(rt.graces).toEqual([30]); // the hook took no (manual) time
+
+    // postStart fails: FailedPostStartHook, the container is stopped, the reason is PostStartHookError.
+    rt.execExit.set('app', 1);
+    rt.graces = [];
+    m.setDesired([withHooks('u2', { postStart: { exec: { command: ['warm'] } } })]);
+    await m.syncOnce();
+    expect(events).toContain('Warning FailedPostStartHook: command ["warm"] exited with 1');
+    expect(rt.graces).toEqual([30]);
+    expect(m.listPods()[0]!.status!.containerStatuses![0]!.state!.waiting).toMatchObject({ reason: 'PostStartHookError', message: 'PostStartHook failed: command ["warm"] exited with 1' });
   });
 
   it('removes runtime pods that no source wants (after a restart), once the sources are ready', async () => {
