@@ -242,6 +242,8 @@ export class Daemon {
       seccompDefault: cfg.seccompDefault,
       ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
       ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
+      nodeName: identity.nodeName,
+      ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).
     const cp = this.#deps.controlPlane;

@@ -6,6 +6,7 @@
  * CRI runtime.v1 messages; enums are their string names.
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import { containerEnv } from './env.js';
 import { containerHash } from './plan.js';
 
 export const LABEL_POD_NAME = 'io.kubernetes.pod.name';
@@ -85,9 +86,14 @@ export interface ContainerOptions {
   seccomp: { profileType: 'RuntimeDefault' | 'Unconfined' | 'Localhost'; localhostRef?: string };
   /** Parses a resource quantity to base units (cores for cpu, bytes for memory). */
   quantity: (q: string | number) => number;
+  /** For the downward API in env: the node's name and IP. */
+  nodeName?: string;
+  hostIP?: string;
 }
 
 export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): CriObject {
+  // A hostNetwork pod's IP is the node's; another pod's comes from its network (no CNI here: unknown).
+  const env = containerEnv(pod, c, { quantity: o.quantity, ...(o.nodeName ? { nodeName: o.nodeName } : {}), ...(o.hostIP ? { hostIP: o.hostIP, ...(pod.spec?.hostNetwork ? { podIP: o.hostIP } : {}) } : {}) });
   const limits = c.resources?.limits ?? {};
   const requests = { ...limits, ...(c.resources?.requests ?? {}) };
   const resources: CriObject = {};
@@ -105,10 +111,10 @@ export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): Cr
   return {
     metadata: { name: c.name, attempt: o.restartCount },
     image: { image: c.image },
-    command: c.command ?? [],
-    args: c.args ?? [],
+    command: env.command,
+    args: env.args,
     workingDir: c.workingDir ?? '',
-    envs: (c.env ?? []).filter((e) => e.value !== undefined || !e.valueFrom).map((e) => ({ key: e.name, value: e.value ?? '' })),
+    envs: env.envs,
     labels: {
       [LABEL_POD_NAME]: pod.metadata!.name!,
       [LABEL_POD_NAMESPACE]: pod.metadata!.namespace ?? 'default',

@@ -40,6 +40,9 @@ export interface CriPodRuntimeOptions {
   seccompDefault: boolean;
   clusterDNS?: string[];
   clusterDomain?: string;
+  /** For the downward API in env (spec.nodeName, status.hostIP, a hostNetwork pod's status.podIP). */
+  nodeName?: string;
+  hostIP?: string;
 }
 
 const STATE: Record<ContainerState, ObservedContainerState> = {
@@ -234,6 +237,8 @@ export class CriPodRuntime implements PodRuntime {
         restartCount: s.restartCount,
         seccomp,
         quantity: (q) => parseQuantity(String(q)).value,
+        ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
+        ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
       }) as unknown as ContainerConfig;
       config.mounts = mounts;
     } catch (err) {

@@ -59,6 +59,25 @@ describe('static pods on containerd', () => {
     await eventually(() => containerLog(node, pod, 'main').includes('hi from nodelet in /tmp'), 10_000);
   });
 
+  it('env on containerd: the downward API and $(VAR) expansion in env and args, as the kubelet', async () => {
+    node.writeManifest(
+      'downward.yaml',
+      busyboxPod('downward', 'echo "pod=$POD node=$NODE ns=$NS greeting=$GREETING arg=$0"; sleep 3600', {
+        container: {
+          args: ['$(GREETING)'],
+          env: [
+            { name: 'POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+            { name: 'NODE', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+            { name: 'NS', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+            { name: 'GREETING', value: 'hi-$(NODE)' },
+          ],
+        },
+      }),
+    );
+    const pod = await running('downward');
+    await eventually(() => containerLog(node, pod, 'main').includes(`pod=downward-${NODE_NAME} node=${NODE_NAME} ns=default greeting=hi-${NODE_NAME} arg=hi-${NODE_NAME}`), 10_000);
+  });
+
   it('replaces the pod when its manifest is edited, and removes it when the manifest is deleted', async () => {
     node.writeManifest('web.yaml', busyboxPod('web', 'echo v1; sleep 3600'));
     const v1 = await running('web');
