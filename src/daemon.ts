@@ -336,6 +336,7 @@ export class Daemon {
           health: this.health,
           pods,
           ...(checkpoints ? { checkpoints } : {}),
+          ...(cfg.enableDebuggingHandlers ? { containerLogs: { podLogsDir: cfg.podLogsDir } } : {}),
           logger: log,
         });
         const a = await server.start();

@@ -24,6 +24,7 @@ import { renderHealthz, type HealthRegistry } from '../health/checks.js';
 import { silentLogger, type Logger } from '../log.js';
 import { authorizeRequest, requestAttributes, type Authenticator, type Authorizer, type Credentials, type PeerCertificate, type UserInfo } from './auth.js';
 import type { CheckpointService, PodLookup } from './checkpoint.js';
+import { logTarget, openLog, parseLogOptions, streamLogs } from './container-logs.js';
 import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from './errors.js';
 
 export interface NodeServerOptions {
@@ -44,6 +45,8 @@ export interface NodeServerOptions {
   pods: PodLookup;
   /** Given only when checkpoints are enabled (gate and enableDebuggingHandlers). */
   checkpoints?: CheckpointService;
+  /** Given only with enableDebuggingHandlers: `GET /containerLogs/<ns>/<pod>/<container>` reads from here. */
+  containerLogs?: { podLogsDir: string };
   /** How long stop() lets open requests run (default 5000). */
   shutdownTimeoutMs?: number;
   logger?: Logger;
@@ -77,7 +80,7 @@ interface RequestContext {
   user?: UserInfo;
 }
 
-type Reply = { status: number; json: unknown } | { status: number; text: string };
+type Reply = { status: number; json: unknown } | { status: number; text: string } | { status: number; stream: (write: (s: string) => void, signal: AbortSignal) => Promise<void> };
 
 /** Finds the route for the raw path segments (`/a/b` -> ['a','b']). */
 type Router = (segments: string[]) => Route | undefined;
@@ -114,9 +117,28 @@ function nodeRouter(o: NodeServerOptions): Router {
     },
   };
   const checkpoints: Route | undefined = cp && { methods: ['GET'], handle: async () => ({ status: 200, json: { items: await cp.list() } }) };
+  const logs = o.containerLogs;
+  const containerLogs: Route | undefined = logs && {
+    methods: ['GET'],
+    async handle(ctx) {
+      let rest: string[];
+      try {
+        rest = ctx.segments.slice(1).map((s) => decodeURIComponent(s));
+      } catch {
+        throw new NodeletError('INVALID_ARGUMENT', 'the path is not valid percent-encoding', { param: 'path' });
+      }
+      if (rest.length !== 3 || rest.some((s) => s === '')) throw new NodeletError('INVALID_ARGUMENT', 'expected /containerLogs/<namespace>/<pod>/<container>', { param: 'path' });
+      const [namespace, pod, container] = rest as [string, string, string];
+      const opts = parseLogOptions(ctx.query, Date.now());
+      const target = logTarget(o.pods, logs.podLogsDir, namespace, pod, container, opts.previous);
+      const fh = await openLog(target, container);
+      return { status: 200, stream: (write, signal) => streamLogs(fh, target, opts, write, signal) };
+    },
+  };
   return (segments) => {
     const [first, ...rest] = segments;
     if (first === 'checkpoint') return checkpoint;
+    if (first === 'containerLogs') return containerLogs;
     if (rest.length > 0) return undefined;
     if (first === 'checkpoints') return checkpoints;
     return first === 'healthz' || first === 'pods' ? common[first] : undefined;
@@ -148,7 +170,8 @@ function peerCertificate(req: http.IncomingMessage): PeerCertificate | undefined
   };
 }
 
-function send(res: http.ServerResponse, reply: Reply | FailureStatus, headOnly: boolean, extraHeaders: Record<string, string> = {}): void {
+function send(res: http.ServerResponse, reply: Reply | FailureStatus, headOnly: boolean, extraHeaders: Record<string, string> = {}): void | Promise<void> {
+  if ('stream' in reply) return sendStream(res, reply, headOnly);
   let status: number;
   let body: string;
   let type: string;
@@ -168,6 +191,19 @@ function send(res: http.ServerResponse, reply: Reply | FailureStatus, headOnly: 
   }
   res.writeHead(status, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), 'X-Content-Type-Options': 'nosniff', ...extraHeaders });
   res.end(headOnly ? undefined : body);
+}
+
+/** A chunked text/plain body written as it comes; stops when the client goes. */
+async function sendStream(res: http.ServerResponse, reply: Extract<Reply, { stream: unknown }>, headOnly: boolean): Promise<void> {
+  res.writeHead(reply.status, { 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
+  if (headOnly) return void res.end();
+  const gone = new AbortController();
+  res.on('close', () => gone.abort());
+  try {
+    await reply.stream((s) => void res.write(s), gone.signal);
+  } finally {
+    res.end();
+  }
 }
 
 /** The request pipeline shared by both servers; `auth` absent = the read-only port. */
@@ -197,7 +233,7 @@ function makeHandler(
         if (!route) return send(res, routeNotFound(), headOnly);
         if (!route.methods.includes(method)) return send(res, methodNotAllowed(method, route.methods), headOnly, { Allow: route.methods.join(', ') });
         const reply = await route.handle({ method, segments, query, ...(user ? { user } : {}) });
-        send(res, reply, headOnly);
+        await send(res, reply, headOnly);
       } catch (err) {
         const status = statusFor(err);
         const fields = { method, path: rawPath, user: user?.username, code: status.code, err: errorMessage(err), details: err instanceof NodeletError ? err.details : undefined };

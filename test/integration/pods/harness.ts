@@ -21,6 +21,8 @@ export interface PodNode {
   logsDir: string;
   endpoint: string;
   readOnlyPort: number;
+  /** The HTTPS port (anonymous, AlwaysAllow). */
+  port: number;
   cri: CriClient;
   nodelet: NodeletProcess;
   /** Starts nodelet again with the same files (after a kill). */
@@ -49,7 +51,8 @@ export async function startPodNode(o: { kubeconfig?: string } = {}): Promise<Pod
     port,
     address: '127.0.0.1',
     healthzPort: 0,
-    authentication: '{webhook: {enabled: false}, anonymous: {enabled: false}}',
+    // Anonymous + AlwaysAllow on loopback: the tests read /containerLogs without credentials.
+    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
     authorization: '{mode: AlwaysAllow}',
   });
   const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
@@ -61,6 +64,7 @@ export async function startPodNode(o: { kubeconfig?: string } = {}): Promise<Pod
     logsDir,
     endpoint,
     readOnlyPort,
+    port,
     cri,
     nodelet: startNodelet(args),
     async restart() {

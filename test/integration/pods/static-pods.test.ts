@@ -7,6 +7,7 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, freePort } from '../../helpers/nodelet.js';
+import https from 'node:https';
 import { busyboxPod, containerLog, NODE_NAME, runtimePods, startPodNode, type PodNode } from './harness.js';
 
 let node: PodNode;
@@ -23,6 +24,19 @@ afterEach(async () => {
   for (const f of fs.readdirSync(node.manifests)) fs.rmSync(path.join(node.manifests, f));
   await eventually(async () => (await runtimePods(node.cri)).length === 0, 60_000);
 });
+
+/** GET over HTTPS to the node (its self-signed serving certificate is not what this test checks). */
+function httpsGet(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    https
+      .get(url, { rejectUnauthorized: false }, (res) => {
+        let body = '';
+        res.setEncoding('utf8').on('data', (d: string) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      })
+      .on('error', reject);
+  });
+}
 
 async function running(name: string, timeoutMs = 30_000): Promise<Pod> {
   return eventually(async () => {
@@ -76,6 +90,23 @@ describe('static pods on containerd', () => {
     );
     const pod = await running('downward');
     await eventually(() => containerLog(node, pod, 'main').includes(`pod=downward-${NODE_NAME} node=${NODE_NAME} ns=default greeting=hi-${NODE_NAME} arg=hi-${NODE_NAME}`), 10_000);
+  });
+
+  it('GET /containerLogs on containerd: tail with timestamps, previous instance, follow, and 4xx naming what is wrong', async () => {
+    node.writeManifest('talker.yaml', busyboxPod('talker', 'for i in 1 2 3; do echo line-$i; done; sleep 1; echo late; exit 1'));
+    // Restarted once: instance 0 said everything and exited 1.
+    await eventually(async () => ((await node.pod('talker'))?.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1, 30_000);
+    const get = (q: string) => httpsGet(`https://127.0.0.1:${node.port}/containerLogs/default/talker-${NODE_NAME}/main${q}`);
+    const prev = await get('?previous=true&timestamps=true&tailLines=2');
+    expect(prev.status).toBe(200);
+    expect(prev.body).toMatch(/^\d{4}-\d{2}-\d{2}T\S+Z line-3\n\d{4}-\d{2}-\d{2}T\S+Z late\n$/);
+    // follow on the current instance: what it writes after the request, until it exits.
+    const followed = await get('?follow=true');
+    expect(followed.status).toBe(200);
+    expect(followed.body).toBe('line-1\nline-2\nline-3\nlate\n');
+    expect((await get('?tailLines=x')).status).toBe(400);
+    expect((await httpsGet(`https://127.0.0.1:${node.port}/containerLogs/default/talker-${NODE_NAME}/nope`)).body).toContain('container \\"nope\\" not found in pod');
+    expect((await httpsGet(`https://127.0.0.1:${node.port}/containerLogs/default/absent/main`)).status).toBe(404);
   });
 
   it('replaces the pod when its manifest is edited, and removes it when the manifest is deleted', async () => {
