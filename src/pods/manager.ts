@@ -15,7 +15,7 @@ import type { HealthCheck } from '../health/checks.js';
 import { noEvents, podRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import type { ObservedPod } from './observed.js';
-import { computePodActions, type Waiting } from './plan.js';
+import { computePodActions, podTitle, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
 import { runLifecycleHandler } from './hooks.js';
 import { ProbeManager } from './probes.js';
@@ -277,7 +277,7 @@ export class PodManager {
         const restarts = Math.max(0, ...observed.containers.filter((c) => c.name === name).map((c) => c.restartCount));
         if (w.backoffReported.get(name) === restarts) continue;
         w.backoffReported.set(name, restarts);
-        ev.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${pod.metadata?.name}_${pod.metadata?.namespace ?? 'default'}(${uid})`);
+        ev.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${podTitle(pod)}`);
       }
 
       // A failed liveness or startup probe: the container is killed; restartPolicy decides the rest.

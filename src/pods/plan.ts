@@ -68,7 +68,8 @@ export function backoffMs(c: ObservedContainer): number {
   return Math.min(BACKOFF.maxMs, BACKOFF.initialMs * 2 ** (c.restartCount - 1));
 }
 
-function podRef(pod: Pod): string {
+/** `<name>_<namespace>(<uid>)`, as the kubelet names a pod in messages. */
+export function podTitle(pod: Pod): string {
   return `${pod.metadata?.name}_${pod.metadata?.namespace}(${pod.metadata?.uid})`;
 }
 
@@ -185,7 +186,7 @@ function restartOrBackOff(pod: Pod, name: string, cur: ObservedContainer, now: n
   if (wait > 0 && now < until) {
     actions.waiting[name] = {
       reason: 'CrashLoopBackOff',
-      message: `back-off ${formatSeconds(wait)} restarting failed container=${name} pod=${podRef(pod)}`,
+      message: `back-off ${formatSeconds(wait)} restarting failed container=${name} pod=${podTitle(pod)}`,
     };
     actions.resyncAt = Math.min(actions.resyncAt ?? Infinity, until);
     return;
