@@ -9,7 +9,7 @@
  * re-learned after a restart.
  */
 import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
-import { realClock, type Clock } from '../clock.js';
+import { backoffDelay, realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { HealthCheck } from '../health/checks.js';
 import { noEvents, podRef, type EventSink } from '../events.js';
@@ -44,7 +44,15 @@ class Mutex {
   }
 }
 
+/** Backoff of a pod's failing steps (a start, a sandbox, a removal): 1 s doubling to 60 s. */
 const START_ERROR_BACKOFF = { initialMs: 1_000, maxMs: 60_000 };
+
+/** A pod whose removal from the runtime failed: retried after `until`, warned once per message. */
+interface RemovalFailure {
+  message: string;
+  failures: number;
+  until: number;
+}
 /** How long the pod worker waits for a postStart hook (the kubelet's runtimeRequestTimeout). */
 const POST_START_TIMEOUT_S = 120;
 
@@ -102,6 +110,8 @@ export class PodManager {
   #lastTurn = 0;
   #lastError = '';
   #sourcesReady = false;
+  /** Runtime pods whose removal failed, by UID: no new attempt before the backoff ends. */
+  readonly #removals = new Map<string, RemovalFailure>();
   readonly #probes: ProbeManager;
 
   constructor(o: PodManagerOptions) {
@@ -176,9 +186,12 @@ export class PodManager {
     return this.#workers.get(uid)?.status;
   }
 
-  /** Whether the pod still has a worker: running, or being stopped and removed from the runtime. */
+  /**
+   * Whether the pod still has a worker (running, or being stopped and removed from the
+   * runtime) or is still in the runtime after a failed removal, waiting for its retry.
+   */
   active(uid: string): boolean {
-    return this.#workers.has(uid);
+    return this.#workers.has(uid) || this.#removals.has(uid);
   }
 
   getPod(namespace: string, name: string): Pod | undefined {
@@ -246,16 +259,28 @@ export class PodManager {
       this.#log.info({ pod: podKey(w.pod), uid, gracePeriodSeconds: grace }, want ? 'pod is being deleted; stopping its containers' : 'pod removed; stopping its containers');
       jobs.push(w.request(() => this.#terminate(uid, w.pod, grace)));
     }
+    // A failure record outlives nothing: a runtime pod that went away by other means is forgotten.
+    const present = new Set(all.map((o) => o.uid));
+    for (const uid of this.#removals.keys()) if (!present.has(uid)) this.#removals.delete(uid);
+    const now = this.#o.clock.now();
     for (const obs of all) {
-      if (this.#desired.has(obs.uid) || this.#workers.has(obs.uid)) continue;
+      if (this.#workers.has(obs.uid)) continue;
+      // A pod still wanted runs; one being deleted in the control plane whose removal failed
+      // earlier is retried here, like a runtime pod nobody wants.
+      const want = this.#desired.get(obs.uid);
+      if (want && !deleting(want)) continue;
       // Until every pod source has delivered its first set, a runtime pod nobody asked for
       // yet may be one a source is about to ask for (the kubelet's sourcesReady): keep it.
-      if (!this.#sourcesReady) continue;
-      const w = new PodWorker({ metadata: { name: obs.name, namespace: obs.namespace, uid: obs.uid } });
+      if (!want && !this.#sourcesReady) continue;
+      // A removal that failed waits for its backoff: never a tight loop against a failing runtime.
+      const failed = this.#removals.get(obs.uid);
+      if (failed && now < failed.until) continue;
+      const w = new PodWorker(want ?? { metadata: { name: obs.name, namespace: obs.namespace, uid: obs.uid } });
       w.terminating = true;
       this.#workers.set(obs.uid, w);
-      this.#log.info({ pod: `${obs.namespace}/${obs.name}`, uid: obs.uid }, 'runtime pod has no desired pod; removing it');
-      jobs.push(w.request(() => this.#terminate(obs.uid, w.pod, obs.gracePeriodSeconds ?? this.#o.defaultGracePeriodSeconds)));
+      if (!failed) this.#log.info({ pod: `${obs.namespace}/${obs.name}`, uid: obs.uid }, 'runtime pod has no desired pod; removing it');
+      const grace = want?.metadata?.deletionGracePeriodSeconds ?? obs.gracePeriodSeconds ?? this.#o.defaultGracePeriodSeconds;
+      jobs.push(w.request(() => this.#terminate(obs.uid, w.pod, grace)));
     }
     return jobs;
   }
@@ -287,7 +312,7 @@ export class PodManager {
           if (why && !actions.kill.some((k) => k.id === c.id)) actions.kill.push({ id: c.id, name: c.name, reason: why, event: why });
         }
       }
-      if (actions.killPod) await this.#killAll(pod, observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
+      if (actions.killPod) for (const f of await this.#killAll(pod, observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log)) log.warn(f);
       const readySandbox = observed.sandboxes.find((s) => s.ready);
       let sandboxId = readySandbox?.id;
       let sandboxAttempt = readySandbox?.attempt ?? 0;
@@ -303,7 +328,7 @@ export class PodManager {
           w.sandboxError = undefined;
         } catch (err) {
           const failures = (prev?.failures ?? 0) + 1;
-          w.sandboxError = { message: errorMessage(err), failures, until: now + Math.min(START_ERROR_BACKOFF.maxMs, START_ERROR_BACKOFF.initialMs * 2 ** (failures - 1)) };
+          w.sandboxError = { message: errorMessage(err), failures, until: now + backoffDelay(failures - 1, START_ERROR_BACKOFF.initialMs, START_ERROR_BACKOFF.maxMs) };
           ev.emit(podRef(pod), 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${errorMessage(err)}`);
           throw err;
         }
@@ -349,7 +374,7 @@ export class PodManager {
         } catch (err) {
           const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';
           const failures = (prevErr?.failures ?? 0) + 1;
-          const delay = Math.min(START_ERROR_BACKOFF.maxMs, START_ERROR_BACKOFF.initialMs * 2 ** (failures - 1));
+          const delay = backoffDelay(failures - 1, START_ERROR_BACKOFF.initialMs, START_ERROR_BACKOFF.maxMs);
           const message = errorMessage(err);
           w.errors.set(s.name, { reason, message, until: now + delay, failures });
           waiting[s.name] = { reason, message };
@@ -413,13 +438,20 @@ export class PodManager {
     return w?.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1';
   }
 
-  async #killAll(pod: Pod, observed: ObservedPod, grace: number, log: Logger): Promise<void> {
+  /**
+   * Stops every container (in parallel, each with its grace period), then every sandbox.
+   * Every stop is tried; the failures are returned (not thrown), so the caller decides:
+   * a sync logs them, a removal fails with them and retries after its backoff.
+   */
+  async #killAll(pod: Pod, observed: ObservedPod, grace: number, log: Logger): Promise<string[]> {
     const rt = this.#o.runtime;
     const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
+    const failures: string[] = [];
     // A runtime pod no source knows (no spec) has no object for events to be about.
     if (pod.spec) for (const c of live) this.#o.events.emit(podRef(pod, containerOf(pod, c.name)), 'Normal', 'Killing', `Stopping container ${c.name}`);
-    await Promise.all(live.map((c) => this.#stopContainer(pod, c.name, c.id, grace, log).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'))));
-    for (const s of observed.sandboxes) await rt.stopSandbox(s.id).catch((e) => log.warn({ err: errorMessage(e) }, 'stop sandbox'));
+    await Promise.all(live.map((c) => this.#stopContainer(pod, c.name, c.id, grace, log).catch((e) => failures.push(`stop container ${c.name}: ${errorMessage(e)}`))));
+    for (const s of observed.sandboxes) await rt.stopSandbox(s.id).catch((e) => failures.push(`stop sandbox ${s.id}: ${errorMessage(e)}`));
+    return failures;
   }
 
   async #terminate(uid: string, pod: Pod, grace: number): Promise<void> {
@@ -428,16 +460,26 @@ export class PodManager {
     try {
       this.#probes.remove(uid);
       const observed = await rt.observePod(uid);
-      await this.#killAll(pod, observed, grace, log);
+      const stopFailures = await this.#killAll(pod, observed, grace, log);
+      // A sandbox the runtime could not stop cannot be removed: fail now, with the reason.
+      if (stopFailures.length) throw new NodeletError('UNAVAILABLE', stopFailures.join('; '));
       for (const c of observed.containers) await rt.removeContainer(c.id);
       for (const s of observed.sandboxes) await rt.removeSandbox(s.id);
       await rt.cleanupPod(uid).catch((e) => log.warn({ err: errorMessage(e) }, `cannot remove the pod's volumes: ${errorMessage(e)}`));
       this.#workers.delete(uid);
-      log.info('pod removed from the runtime');
+      const failed = this.#removals.get(uid);
+      this.#removals.delete(uid);
+      log.info(failed ? { failedAttempts: failed.failures } : {}, failed ? `pod removed from the runtime after ${failed.failures} failed attempts` : 'pod removed from the runtime');
     } catch (err) {
-      // Forget the worker: the next relist finds the runtime pod again and retries.
-      const msg = errorMessage(err);
-      log.warn({ err: msg }, `removing pod failed, will retry: ${msg}`);
+      // Forget the worker: a relist after the backoff finds the runtime pod again and retries.
+      // One warning per change of error; the attempts in between only count.
+      const message = errorMessage(err);
+      const prev = this.#removals.get(uid);
+      const failures = (prev?.failures ?? 0) + 1;
+      const delay = backoffDelay(failures - 1, START_ERROR_BACKOFF.initialMs, START_ERROR_BACKOFF.maxMs);
+      this.#removals.set(uid, { message, failures, until: this.#o.clock.now() + delay });
+      if (prev?.message !== message) log.warn({ err: message, failures }, `removing pod failed, will retry with backoff: ${message}`);
+      else log.debug({ err: message, failures, retryInMs: delay }, 'removing pod failed again');
       this.#workers.delete(uid);
     }
   }

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { Clock } from '../../../src/clock.js';
 import { NodeletError } from '../../../src/errors.js';
-import { silentLogger } from '../../../src/log.js';
+import { createLogger, silentLogger } from '../../../src/log.js';
 import { PodManager } from '../../../src/pods/manager.js';
 import type { ObservedContainer, ObservedPod, ObservedSandbox } from '../../../src/pods/observed.js';
 import { containerHash } from '../../../src/pods/plan.js';
@@ -48,8 +48,11 @@ class MemRuntime implements PodRuntime {
     this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace! });
     return id;
   }
+  /** When set, StopPodSandbox fails with it (a runtime that cannot stop a sandbox). */
+  failStopSandbox: NodeletError | undefined;
   async stopSandbox(id: string) {
     this.calls.push(`stopSandbox ${id}`);
+    if (this.failStopSandbox) throw this.failStopSandbox;
     const s = this.sandboxes.get(id);
     if (s) s.ready = false;
     for (const c of this.containers.values()) if (c.podSandboxId === id && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
@@ -461,5 +464,70 @@ describe('PodManager', () => {
     clock.t += 1000;
     await m.syncOnce();
     expect(m.listPods()[0]!.status!.phase).toBe('Running');
+  });
+});
+
+describe('PodManager: a removal the runtime keeps failing', () => {
+  /** Log records at warn and above, as nodelet writes them. */
+  function recordingLogger() {
+    const lines: { level: string; msg: string }[] = [];
+    const logger = createLogger({ journal: false, level: 'info', destination: { write: (l: string) => void lines.push(JSON.parse(l)) } });
+    return { logger, lines };
+  }
+
+  it('is retried with the backoff (1 s doubling), one warning per error, and completes once the runtime recovers', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const { logger, lines } = recordingLogger();
+    const m = new PodManager({ runtime: rt, logger, clock });
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    rt.failStopSandbox = new NodeletError('UNAVAILABLE', 'rpc error: StopPodSandbox failed: device busy');
+    m.setDesired([]);
+    // 60 s of relists, one a second, while every StopPodSandbox fails.
+    const attempts: number[] = [];
+    const t0 = clock.t;
+    for (let s = 0; s <= 60; s++) {
+      clock.t = t0 + s * 1000;
+      const before = rt.calls.filter((c) => c.startsWith('stopSandbox')).length;
+      await m.syncOnce();
+      if (rt.calls.filter((c) => c.startsWith('stopSandbox')).length > before) attempts.push(s);
+      expect(m.active('u1')).toBe(true); // still in the runtime: never reported gone
+    }
+    // Attempts spaced by the backoff: 0, 1, 3, 7, 15, 31 s (the next is due at 63 s).
+    expect(attempts).toEqual([0, 1, 3, 7, 15, 31]);
+    const warnings = lines.filter((l) => l.level === 'warn');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.msg).toContain('StopPodSandbox failed: device busy');
+    expect(rt.sandboxes.size).toBe(1);
+
+    rt.failStopSandbox = undefined;
+    clock.t = t0 + 63_000;
+    await m.syncOnce();
+    expect(rt.sandboxes.size).toBe(0);
+    expect(rt.containers.size).toBe(0);
+    expect(m.active('u1')).toBe(false);
+    expect(lines.some((l) => l.msg === 'pod removed from the runtime after 6 failed attempts')).toBe(true);
+    expect(lines.filter((l) => l.level === 'warn')).toHaveLength(1);
+  });
+
+  it('a new error message is warned again, with the failure count kept', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const { logger, lines } = recordingLogger();
+    const m = new PodManager({ runtime: rt, logger, clock });
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    m.setDesired([]);
+    rt.failStopSandbox = new NodeletError('UNAVAILABLE', 'first error');
+    await m.syncOnce();
+    rt.failStopSandbox = new NodeletError('UNAVAILABLE', 'second error');
+    clock.t += 1000;
+    await m.syncOnce();
+    const warnings = lines.filter((l) => l.level === 'warn').map((l) => l.msg);
+    expect(warnings).toHaveLength(2);
+    expect(warnings[1]).toContain('second error');
   });
 });

@@ -1,0 +1,71 @@
+/**
+ * A runtime that fails to stop a pod's sandbox, through the whole daemon: the built nodelet
+ * on the test CRI server, a static pod removed while StopPodSandbox answers an error. The
+ * removal is retried with the backoff (1 s doubling), never in a tight loop; the log holds
+ * one warning for the unchanged error; once the runtime answers again the pod goes.
+ * (test/unit/pods/manager.test.ts drives the same failure for 60 s of virtual time.)
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+
+let cri: FakeRuntime;
+let nodelet: NodeletProcess;
+let dir: string;
+
+beforeAll(async () => {
+  cri = await startFakeRuntime();
+  dir = tempDir();
+  fs.mkdirSync(path.join(dir, 'manifests'));
+  fs.writeFileSync(
+    path.join(dir, 'manifests', 'app.yaml'),
+    'apiVersion: v1\nkind: Pod\nmetadata: {name: app}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}\n',
+  );
+  writeKubeletConfig(dir, {
+    containerRuntimeEndpoint: cri.endpoint,
+    staticPodPath: path.join(dir, 'manifests'),
+    podLogsDir: path.join(dir, 'logs'),
+    address: '127.0.0.1',
+    port: await freePort(),
+    healthzPort: 0,
+    authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
+    authorization: '{mode: AlwaysAllow}',
+  });
+  nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
+  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  await eventually(() => [...cri.containers.values()].some((c) => c.state === 'CONTAINER_RUNNING'), 20_000);
+});
+
+afterAll(async () => {
+  nodelet?.kill('SIGTERM');
+  await nodelet?.exited;
+  await cri?.stop();
+});
+
+describe('a pod whose sandbox the runtime cannot stop', () => {
+  it('is retried with the backoff and one warning, and removed once the runtime recovers', async () => {
+    cri.failWith('StopPodSandbox', { code: grpc.status.UNKNOWN, message: 'failed to stop sandbox: device or resource busy' });
+    const from = cri.calls.length;
+    const t0 = Date.now();
+    fs.rmSync(path.join(dir, 'manifests', 'app.yaml'));
+    // Attempts at about 0, 1 and 3 s (then 7 s), not one a second.
+    const stopsSoFar = () => cri.calls.slice(from).filter((c) => c.method === 'StopPodSandbox').map((c) => c.at - t0);
+    await eventually(() => stopsSoFar().length >= 3, 15_000, 50);
+    const stops = stopsSoFar();
+    expect(stops[1]! - stops[0]!).toBeGreaterThan(700);
+    expect(stops[2]! - stops[1]!).toBeGreaterThan(1_500);
+    expect(cri.sandboxes.size).toBe(1);
+    const warnings = nodelet.records.filter((r) => r.level === 'warn' && /removing pod failed/.test(r.msg));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.msg).toContain('device or resource busy');
+
+    cri.failWith('StopPodSandbox', undefined);
+    await eventually(() => cri.sandboxes.size === 0, 20_000, 100);
+    expect(cri.containers.size).toBe(0);
+    await nodelet.waitForMsg(/pod removed from the runtime after \d+ failed attempts/);
+    expect(nodelet.records.filter((r) => r.level === 'warn' && /removing pod failed/.test(r.msg))).toHaveLength(1);
+  }, 60_000);
+});
