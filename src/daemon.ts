@@ -8,10 +8,12 @@
  */
 import fs from 'node:fs';
 import { realClock, type Clock } from './clock.js';
-import { errorMessage, NodeletError } from './errors.js';
+import { standaloneMode, type Mode, type NodeMode } from './connected.js';
+import { errorMessage } from './errors.js';
 import { HealthRegistry } from './health/checks.js';
 import { HealthzServer, eventLoopCheck } from './health/healthz-server.js';
 import type { Logger } from './log.js';
+import type { Service } from './loop.js';
 import type { NodeIdentity } from './node-identity.js';
 import { acquireLock, watchContention, type ContentionWatch, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
@@ -22,20 +24,11 @@ import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/f
 import { createNodeServer, createReadOnlyServer } from './server/https-server.js';
 import { loadOrCreateServingCert } from './server/tls.js';
 import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
-import { RuntimeHealth } from './runtime/health.js';
+import { RuntimeHealth, type RuntimeState } from './runtime/health.js';
 import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
-import { PodSources, runnableApiPods } from './pods/sources.js';
-import { PodStatusWriter } from './pods/status-writer.js';
-import { ApiEventRecorder, nodeRef } from './events.js';
-import { isMirrorPod, MirrorPods, mirroredUid } from './pods/mirror.js';
-import type { ControlPlanePorts } from './connected-ports.js';
-import { parseQuantity } from './config/quantity.js';
-import { readMachineFacts } from './node/facts.js';
-import { LeaseRenewer } from './node/lease.js';
-import { NodeReporter } from './node/reporter.js';
-import { VERSION } from './version.js';
+import { PodSources } from './pods/sources.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
 export interface NodeletFlags {
@@ -49,23 +42,15 @@ export interface NodeletFlags {
   checkpointRetention?: number;
 }
 
-/** Something the daemon starts and stops. Constructors start nothing. */
-export interface Service {
-  readonly name: string;
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-export type Mode = 'standalone' | 'connected';
-
+export type { Mode } from './connected.js';
 
 export interface DaemonDeps {
   flags: NodeletFlags;
   loaded: LoadedConfig;
   identity: NodeIdentity;
   logger: Logger;
-  /** Given: connected mode; absent: standalone (no network call to any control plane). */
-  controlPlane?: ControlPlanePorts;
+  /** Standalone (the default: no network call to any control plane) or connected (src/connected.ts). */
+  mode?: NodeMode;
   env?: NodeJS.ProcessEnv;
   clock?: Clock;
   /** Bound on the whole stop sequence. */
@@ -73,15 +58,14 @@ export interface DaemonDeps {
 }
 
 export class Daemon {
-  readonly #deps: Required<Omit<DaemonDeps, 'env' | 'controlPlane'>> & Pick<DaemonDeps, 'controlPlane'> & { env: NodeJS.ProcessEnv };
+  readonly #deps: Required<Omit<DaemonDeps, 'env'>> & { env: NodeJS.ProcessEnv };
   readonly health = new HealthRegistry();
   readonly #notifier: Notifier;
   readonly #watchdogTimeoutMs: number | undefined;
   readonly mode: Mode;
   #lock: LockHandle | undefined;
   #started: Service[] = [];
-  #auth: ServerAuth | undefined;
-  #runtimeHealth: RuntimeHealth | undefined;
+  #status: { runtime: () => RuntimeState | undefined; pods: () => number } = { runtime: () => undefined, pods: () => 0 };
   #ready = false;
   #watchdog: WatchdogLoop | undefined;
   #contention: ContentionWatch | undefined;
@@ -92,13 +76,10 @@ export class Daemon {
   /** Validates what can be validated before anything is touched; throws NodeletError. */
   constructor(deps: DaemonDeps) {
     const env = deps.env ?? process.env;
-    this.#deps = { clock: realClock, stopTimeoutMs: 20_000, ...deps, env };
+    this.#deps = { clock: realClock, stopTimeoutMs: 20_000, mode: standaloneMode(), ...deps, env };
     this.#watchdogTimeoutMs = watchdogIntervalFromEnv(env);
     this.#notifier = createNotifier(env);
-    this.mode = deps.controlPlane ? 'connected' : 'standalone';
-    if (deps.flags.kubeconfig && !deps.controlPlane) {
-      throw new NodeletError('CONFIG_INVALID', `--kubeconfig ${deps.flags.kubeconfig}: no control-plane client was built for it`);
-    }
+    this.mode = this.#deps.mode.name;
     this.#done = new Promise((resolve) => (this.#finish = resolve));
   }
 
@@ -117,11 +98,18 @@ export class Daemon {
 
   /**
    * A daemon with nothing listening (healthz disabled, no runtime yet) must not exit
-   * because Node's event loop has nothing left to wait for: hold one handle until stop.
+   * because Node's event loop has nothing left to wait for: one handle, held from start to stop.
    */
-  #keepAlive: NodeJS.Timeout | undefined = setInterval(() => {}, 1 << 30);
+  #keepAlive: NodeJS.Timeout | undefined;
+  /**
+   * Passed to every service's start: aborted once the ordered stop is over, so nothing a
+   * service left running outlives the daemon. (The signal given to start() only cuts the
+   * startup short; stopping goes service by service, in reverse.)
+   */
+  readonly #life = new AbortController();
 
-  async start(signal?: AbortSignal): Promise<void> {
+  async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
+    this.#keepAlive ??= setInterval(() => {}, 1 << 30);
     const { flags, loaded, identity } = this.#deps;
     const cfg = loaded.config;
     this.#log.info(
@@ -133,7 +121,8 @@ export class Daemon {
     for (const w of loaded.warnings) this.#log.warn({ file: w.file, field: w.field }, `${w.file}: ${w.field}: ${w.message}`);
     // Whatever can still be wrong with the input (client CA file, webhook modes without a
     // control plane, endpoints) is found here, before the lock is taken or anything is written.
-    this.#auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(this.#deps.controlPlane ? { reviewClient: this.#deps.controlPlane.reviews } : {}) });
+    const reviews = this.#deps.mode.reviews;
+    const auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(reviews ? { reviewClient: reviews } : {}) });
     parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
     if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
 
@@ -158,12 +147,12 @@ export class Daemon {
     });
     const loop = eventLoopCheck();
     this.health.add(loop);
-    this.#started.push({ name: 'eventloop-check', start: async () => {}, stop: async () => loop.stop() });
+    this.#started.push({ name: 'eventloop-check', start: () => {}, stop: async () => loop.stop() });
 
-    for (const svc of await this.#buildServices()) {
-      if (signal?.aborted) break;
+    for (const svc of await this.#buildServices(auth)) {
+      if (signal.aborted) break;
       this.#log.debug({ service: svc.name }, 'starting service');
-      await svc.start();
+      await svc.start(this.#life.signal);
       this.#started.push(svc);
     }
 
@@ -180,7 +169,7 @@ export class Daemon {
         clock: this.#deps.clock,
         logger: this.#log.child({ component: 'watchdog' }),
       });
-      this.#watchdog.start();
+      this.#watchdog.start(this.#life.signal);
       this.#log.info({ timeoutMs: this.#watchdogTimeoutMs, pingEveryMs: this.#watchdog.periodMs }, 'systemd watchdog enabled');
     }
   }
@@ -188,15 +177,13 @@ export class Daemon {
   /** `STATUS=` for systemctl status: mode, node, runtime state. */
   #statusLine(): string {
     const { identity } = this.#deps;
-    const rt = this.#runtimeHealth?.state();
+    const rt = this.#status.runtime();
     const endpoint = this.#deps.loaded.config.containerRuntimeEndpoint;
     const runtime = !rt ? `runtime ${endpoint}` : rt.runtimeReady ? `runtime ${endpoint}: ${rt.runtimeName} ${rt.runtimeVersion} ready` : `runtime ${endpoint}: not ready (${rt.reason})`;
-    return `${this.mode}; node ${identity.nodeName}; ${runtime}; ${this.#pods?.listPods().length ?? 0} pods`;
+    return `${this.mode}; node ${identity.nodeName}; ${runtime}; ${this.#status.pods()} pods`;
   }
 
-  #pods: PodManager | undefined;
-
-  async #buildServices(): Promise<Service[]> {
+  async #buildServices(auth: ServerAuth): Promise<Service[]> {
     const { flags, identity } = this.#deps;
     const cfg = this.#deps.loaded.config;
     const log = this.#log;
@@ -220,13 +207,12 @@ export class Daemon {
         if (this.#ready) this.#notifier.status(this.#statusLine());
       },
     });
-    this.#runtimeHealth = health;
     services.push({
       name: 'runtime-health',
-      start: async () => {
+      start: async (signal) => {
         log.info({ endpoint: cfg.containerRuntimeEndpoint, imageEndpoint: cfg.imageServiceEndpoint ?? cfg.containerRuntimeEndpoint }, `container runtime endpoint ${cfg.containerRuntimeEndpoint}`);
         await health.syncOnce();
-        health.start();
+        health.start(signal);
       },
       stop: async () => {
         await health.stop();
@@ -246,34 +232,31 @@ export class Daemon {
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).
-    const cp = this.#deps.controlPlane;
-    const events = cp ? new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock: this.#deps.clock, logger: log.child({ component: 'events' }) }) : undefined;
+    const mode = this.#deps.mode;
     const pods = new PodManager({
       runtime: podRuntime,
-      ...(events ? { events } : {}),
+      events: mode.events,
       logger: log.child({ component: 'pods' }),
       clock: this.#deps.clock,
       serializeImagePulls: cfg.serializeImagePulls,
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
     });
-    this.#pods = pods;
+    this.#status = { runtime: () => health.state(), pods: () => pods.listPods().length };
     this.health.add(pods.healthCheck());
     services.push({
       name: 'pods',
-      start: async () => {
+      start: async (signal) => {
         await podRuntime.init();
-        pods.start();
+        pods.start(signal);
       },
       stop: () => pods.stop(),
     });
     // Pod sources: static files always; the control plane's pods for this node when connected.
-    const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...(cp ? (['api'] as const) : [])], (list, allReady) => {
+    const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...mode.podSources], (list, allReady) => {
       pods.setDesired(list);
       if (allReady) pods.setSourcesReady();
       if (this.#ready) this.#notifier.status(this.#statusLine());
     });
-    // Connected: each static pod gets a mirror pod in the API.
-    const mirrors = cp ? new MirrorPods({ api: cp.mirrorPods, nodeName: identity.nodeName, clock: this.#deps.clock, logger: log.child({ component: 'mirror-pods' }) }) : undefined;
     if (cfg.staticPodPath) {
       const source = new StaticPodSource({
         dir: cfg.staticPodPath,
@@ -282,14 +265,14 @@ export class Daemon {
         onChange: (list) => {
           log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
           sources.update('file', list);
-          mirrors?.setStaticPods(list);
+          mode.staticPodsChanged(list);
         },
       });
       services.push({ name: 'static-pods', start: () => source.start(), stop: async () => source.stop() });
     } else {
       log.info('no staticPodPath: no static pods');
     }
-    if (cp) services.push(...this.#connectedServices(cp, sources, mirrors!, events!));
+    services.push(...mode.services({ sources, pods, runtimeState: () => health.state() }));
 
     if (cfg.readOnlyPort !== 0) {
       const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });
@@ -304,7 +287,6 @@ export class Daemon {
     }
 
     // The HTTPS server: serving certificate (given, or self-signed in --cert-dir), authn/authz, checkpoints.
-    const auth = this.#auth!;
     services.push(
       this.#lazyService('https-server', async () => {
         const cert = await loadOrCreateServingCert({
@@ -364,74 +346,6 @@ export class Daemon {
     return services;
   }
 
-  /**
-   * Connected mode only: the pods the control plane binds to this node, the Node and its
-   * status, the heartbeat lease. None of them blocks startup: a control plane that is down
-   * shows in the logs and is retried, while static pods run.
-   */
-  #connectedServices(cp: ControlPlanePorts, sources: PodSources, mirrors: MirrorPods, events: ApiEventRecorder): Service[] {
-    const { identity } = this.#deps;
-    const cfg = this.#deps.loaded.config;
-    const log = this.#log;
-    const machine = readMachineFacts();
-    const evictionMemory = cfg.evictionHard['memory.available'];
-    const reporter = new NodeReporter({
-      api: cp.nodes,
-      events,
-      clock: this.#deps.clock,
-      logger: log.child({ component: 'node-status' }),
-      updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
-      reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
-      facts: () => ({
-        ...machine,
-        nodeName: identity.nodeName,
-        hostname: identity.hostname,
-        ips: identity.ips,
-        maxPods: cfg.maxPods,
-        evictionHardMemoryBytes: evictionMemory && !evictionMemory.endsWith('%') ? parseQuantity(evictionMemory).value : 0,
-        kubeletPort: cfg.port,
-        kubeletVersion: `v1.32.0-nodelet.${VERSION}`,
-        runtime: this.#runtimeHealth!.state(),
-      }),
-    });
-    const manager = this.#pods!;
-    const statusWriter = new PodStatusWriter({
-      api: cp.podStatus,
-      pods: {
-        // A mirror pod's status is its static pod's.
-        statusOf: (p) => manager.podStatus((isMirrorPod(p) ? mirroredUid(p) : p.metadata?.uid) ?? ''),
-        active: (p) => manager.active(p.metadata?.uid ?? ''),
-      },
-      clock: this.#deps.clock,
-      logger: log.child({ component: 'pod-status' }),
-    });
-    const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock: this.#deps.clock, logger: log.child({ component: 'node-lease' }) });
-    // Stopped in reverse: the loops and the watch first, then queued events are sent (for at
-    // most 2 s), and the client closes last, with nothing left in flight.
-    return [
-      { name: 'control-plane-client', start: async () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
-      { name: 'events', start: async () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
-      {
-        name: 'api-pods',
-        start: async () => {
-          void cp.pods
-            .start((list) => {
-              const onNode = list.filter((p) => p.spec?.nodeName === identity.nodeName);
-              statusWriter.setApiPods(onNode);
-              mirrors.setApiPods(onNode);
-              sources.update('api', runnableApiPods(list, identity.nodeName));
-            })
-            .catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
-        },
-        stop: () => cp.pods.stop(),
-      },
-      { name: 'pod-status', start: async () => statusWriter.start(), stop: () => statusWriter.stop() },
-      { name: 'mirror-pods', start: async () => mirrors.start(), stop: () => mirrors.stop() },
-      { name: 'node-status', start: async () => reporter.start(), stop: () => reporter.stop() },
-      { name: 'node-lease', start: async () => lease.start(), stop: () => lease.stop() },
-    ];
-  }
-
   /** A service whose start builds it and returns its stop. */
   #lazyService(name: string, start: () => Promise<() => Promise<void>>): Service {
     let stop: (() => Promise<void>) | undefined;
@@ -456,24 +370,23 @@ export class Daemon {
     this.#notifier.stopping('shutting down');
     this.#contention?.stop();
     await this.#watchdog?.stop();
-    const deadline = Date.now() + this.#deps.stopTimeoutMs;
+    const clock = this.#deps.clock;
+    const deadline = clock.now() + this.#deps.stopTimeoutMs;
     for (const svc of this.#started.reverse()) {
-      const left = Math.max(0, deadline - Date.now());
-      let timer: NodeJS.Timeout | undefined;
+      const left = Math.max(0, deadline - clock.now());
+      let timer: AbortController | undefined;
       try {
-        await Promise.race([
-          svc.stop(),
-          new Promise((_, reject) => {
-            timer = setTimeout(() => reject(new Error(`did not stop within ${left}ms`)), left);
-          }),
-        ]);
+        const bound = new AbortController();
+        timer = bound;
+        await Promise.race([svc.stop(), clock.sleep(left, bound.signal).then(() => Promise.reject(new Error(`did not stop within ${left}ms`)))]);
       } catch (err) {
         this.#log.warn({ service: svc.name }, `stopping ${svc.name}: ${errorMessage(err)}`);
       } finally {
-        clearTimeout(timer);
+        timer?.abort();
       }
     }
     this.#started = [];
+    this.#life.abort();
     this.#lock?.release();
     clearInterval(this.#keepAlive);
     this.#keepAlive = undefined;

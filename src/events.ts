@@ -11,7 +11,7 @@
  * kubelet's. Standalone, there is nowhere to send them: `noEvents`.
  */
 import type { Event as CoreEvent, ObjectReference } from 'kubernetes-types/core/v1.js';
-import { realClock, type Clock } from './clock.js';
+import { backoffDelay, realClock, type Clock } from './clock.js';
 import { errorMessage, NodeletError } from './errors.js';
 import type { Logger } from './log.js';
 
@@ -108,7 +108,7 @@ export class ApiEventRecorder implements EventSink {
           this.#o.logger.info({ reason: e.reason, object: `${e.ref.namespace ?? ''}/${e.ref.name}`, err: errorMessage(err) }, `event dropped after ${e.tries} attempts: ${errorMessage(err)}`);
         } else {
           this.#queue.unshift(e);
-          await this.#o.clock.sleep(200 * 2 ** e.tries).catch(() => undefined);
+          await this.#o.clock.sleep(backoffDelay(e.tries, 200, 5_000)).catch(() => undefined);
         }
       }
     }

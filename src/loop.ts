@@ -1,40 +1,121 @@
 /**
- * A loop that runs one turn, sleeps on the Clock for the delay the owner decides (an
- * interval, a backoff), and again until stopped. Turns must not throw: each owner logs
- * and retries its own faults. `stop()` waits for the turn in flight.
+ * The one loop kind every periodic thing in nodelet runs on (node status, lease, mirror
+ * pods, status writer, probes, runtime health, watchdog, pod relist, reflector, event
+ * flush, static pod rescan).
+ *
+ * A Loop runs one turn, sleeps on the injected Clock for the delay its owner decides (an
+ * interval, a backoff, 0 to go on at once), and again until stopped. Turns must not throw:
+ * each owner logs and retries its own faults (a turn that throws anyway is logged by the
+ * loop, counted as a turn, and the loop goes on). `start(signal)` also stops when `signal`
+ * aborts; `stop()` cancels the sleep at once and waits for the turn in flight; `syncOnce()`
+ * runs one turn outside the loop (tests drive time with it). `wake()` cuts the current
+ * sleep short, so an owner told of a change (an inotify event) turns now.
  */
 import type { Clock } from './clock.js';
+import { errorMessage } from './errors.js';
+import type { Logger } from './log.js';
 
-export class PeriodicLoop {
+export interface LoopOptions {
+  /** One turn; receives the loop's signal, aborted when the loop stops. */
+  turn: (signal: AbortSignal) => Promise<unknown>;
+  /** Delay before the next turn, asked after each turn. */
+  delayMs: () => number;
+  clock: Clock;
+  /** Where a turn that throws is reported (turns should not throw). */
+  logger?: Logger;
+  /** Names the loop in that report. */
+  name?: string;
+}
+
+export class Loop {
+  readonly #o: LoopOptions;
   #abort: AbortController | undefined;
   #loop: Promise<void> | undefined;
+  #wake: AbortController | undefined;
+  #woken = false;
 
-  constructor(
-    private readonly turn: () => Promise<unknown>,
-    private readonly delayMs: () => number,
-    private readonly clock: Clock,
-  ) {}
+  constructor(o: LoopOptions) {
+    this.#o = o;
+  }
 
   get running(): boolean {
     return this.#loop !== undefined;
   }
 
   /** Starts the loop, first turn at once. Idempotent while running. */
-  start(): void {
+  start(signal?: AbortSignal): void {
     if (this.#loop) return;
     const abort = new AbortController();
     this.#abort = abort;
+    const onOuter = () => abort.abort(signal?.reason);
+    if (signal?.aborted) abort.abort(signal.reason);
+    else signal?.addEventListener('abort', onOuter, { once: true });
     this.#loop = (async () => {
       while (!abort.signal.aborted) {
-        await this.turn();
-        await this.clock.sleep(this.delayMs(), abort.signal).catch(() => undefined);
+        await this.#turn(abort.signal);
+        if (abort.signal.aborted) break;
+        await this.#sleep(abort.signal);
       }
-    })();
+    })().finally(() => signal?.removeEventListener('abort', onOuter));
   }
 
+  /** Stops the loop: the sleep ends at once, the turn in flight is awaited. Idempotent. */
   async stop(): Promise<void> {
     this.#abort?.abort();
-    await this.#loop;
+    const loop = this.#loop;
     this.#loop = undefined;
+    this.#abort = undefined;
+    await loop;
   }
+
+  /** One turn now, outside the loop's schedule (tests, and owners that want a turn at once). */
+  async syncOnce(): Promise<void> {
+    await this.#turn(this.#abort?.signal ?? new AbortController().signal);
+  }
+
+  /** Ends the current sleep: the next turn runs now (or right after the one in flight). */
+  wake(): void {
+    this.#woken = true;
+    this.#wake?.abort();
+  }
+
+  async #turn(signal: AbortSignal): Promise<void> {
+    try {
+      await this.#o.turn(signal);
+    } catch (err) {
+      this.#o.logger?.error({ err: errorMessage(err), loop: this.#o.name }, `${this.#o.name ?? 'loop'} turn failed: ${errorMessage(err)}`);
+    }
+  }
+
+  async #sleep(signal: AbortSignal): Promise<void> {
+    const ms = this.#o.delayMs();
+    if (this.#woken || ms <= 0) {
+      this.#woken = false;
+      return;
+    }
+    const wake = new AbortController();
+    this.#wake = wake;
+    const onStop = () => wake.abort();
+    signal.addEventListener('abort', onStop, { once: true });
+    try {
+      await this.#o.clock.sleep(ms, wake.signal);
+    } catch {
+      // woken or stopped
+    } finally {
+      signal.removeEventListener('abort', onStop);
+      this.#wake = undefined;
+      this.#woken = false;
+    }
+  }
+}
+
+/**
+ * What the composition root starts and stops: every long-lived part of the daemon.
+ * `start` begins the work (it may resolve once the part is ready, as a server listening);
+ * `stop` ends it and waits for what is in flight. Both idempotent.
+ */
+export interface Service {
+  readonly name: string;
+  start(signal: AbortSignal): void | Promise<unknown>;
+  stop(): Promise<void>;
 }

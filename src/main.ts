@@ -15,7 +15,8 @@ import { Daemon, type NodeletFlags } from './daemon.js';
 import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedConfig } from './config/index.js';
 
 import { VERSION } from './version.js';
-import { controlPlanePorts } from './controlplane/ports.js';
+import { nodeModeFor } from './connected.js';
+import { realClock } from './clock.js';
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {
@@ -127,20 +128,40 @@ function reportFailure(err: unknown, logger?: Logger): void {
   }
 }
 
+/** Exit code after an uncaught exception (sysexits EX_SOFTWARE): distinct from 0/1/2, so the journal and systemd's Restart= show a crash. */
+const EXIT_UNCAUGHT = 70;
+
+/**
+ * Last-resort handlers of the running daemon. A rejected promise nobody awaited is a bug,
+ * logged with its stack while nodelet keeps serving: one bad request must not end the
+ * node's agent. An uncaught exception may have left state half-changed, so it is logged
+ * and nodelet exits EXIT_UNCAUGHT for systemd to restart it (the lock dies with it).
+ */
+function installProcessHandlers(logger: Logger): void {
+  process.on('unhandledRejection', (reason) => {
+    logger.error({ err: reason }, `unhandled promise rejection (a bug; nodelet keeps running): ${errorMessage(reason)}`);
+  });
+  process.on('uncaughtException', (err) => {
+    logger.fatal({ err }, `uncaught exception (a bug): exiting with code ${EXIT_UNCAUGHT} to be restarted: ${errorMessage(err)}`);
+    process.exit(EXIT_UNCAUGHT);
+  });
+}
+
 async function runDaemon(cmd: Command): Promise<number> {
   const o = cmd.opts();
   let logger: Logger | undefined;
   let daemon: Daemon;
   try {
     logger = loggerFor(o);
+    installProcessHandlers(logger);
     // Everything that can be wrong with the input is found here, before the lock is taken
     // or anything is written.
     const flags = nodeletFlags(cmd, o);
     const loaded = await load(o);
     const identity = resolveNodeIdentity({ hostnameOverride: o.hostnameOverride, nodeIp: o.nodeIp });
     // Connected mode: the kubeconfig is read now, so a bad one stops startup before the lock.
-    const controlPlane = flags.kubeconfig ? controlPlanePorts(flags.kubeconfig, identity.nodeName, logger) : undefined;
-    daemon = new Daemon({ flags, loaded, identity, logger, ...(controlPlane ? { controlPlane } : {}) });
+    const mode = await nodeModeFor(flags.kubeconfig, { identity, config: loaded.config, clock: realClock, logger });
+    daemon = new Daemon({ flags, loaded, identity, logger, mode });
   } catch (err) {
     reportFailure(err, logger);
     return 1;

@@ -15,6 +15,7 @@
  * `lastSyncTime` serve health checks; `waitForSync()` resolves after the first replace.
  */
 import { backoffDelay, realClock, type Clock } from '../clock.js';
+import { Loop } from '../loop.js';
 import { errorMessage, isNodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ControlPlaneClient, KubeObject, ResourceType, WatchEvent } from './client.js';
@@ -119,9 +120,12 @@ export class Reflector<T extends KubeObject = KubeObject> {
   readonly #o: ReflectorOptions<T>;
   readonly #clock: Clock;
   readonly #log: Logger;
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop: Loop;
   #failures = 0;
+  #needList = true;
+  #gones = 0;
+  #again = false;
+  #retryAfterMs = 0;
   #synced = false;
   #syncWaiters: Array<() => void> = [];
   /** Clock time of the last successful list, event or bookmark (0: never). */
@@ -133,6 +137,7 @@ export class Reflector<T extends KubeObject = KubeObject> {
     this.#o = o;
     this.#clock = o.clock ?? realClock;
     this.#log = o.logger.child({ component: 'reflector', resource: o.type.resource });
+    this.#loop = new Loop({ name: 'reflector', turn: (signal) => this.#turn(signal), delayMs: () => this.#nextDelayMs(), clock: this.#clock, logger: this.#log });
   }
 
   /** True after the first list was delivered and while failures stay below the threshold. */
@@ -155,18 +160,14 @@ export class Reflector<T extends KubeObject = KubeObject> {
     return new Promise((resolve) => this.#syncWaiters.push(resolve));
   }
 
-  /** Starts the loop; idempotent. */
-  start(): void {
-    if (this.#loop) return;
-    this.#abort = new AbortController();
-    this.#loop = this.#run(this.#abort.signal);
+  /** Starts the loop (it also ends when `signal` aborts); idempotent. */
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
   }
 
   /** Stops the loop and waits for it to end; idempotent. */
-  async stop(): Promise<void> {
-    this.#abort?.abort();
-    await this.#loop;
-    this.#loop = undefined;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 
   #emit(ev: ReflectorEvent<T>): void {
@@ -252,46 +253,55 @@ export class Reflector<T extends KubeObject = KubeObject> {
     return received;
   }
 
-  async #run(signal: AbortSignal): Promise<void> {
-    let needList = true;
-    let gones = 0;
-    while (!signal.aborted) {
-      let retryAfterMs = 0;
-      try {
-        if (needList) {
-          await this.#list(signal);
-          needList = false;
-          if (signal.aborted) break;
-        }
-        const received = await this.#watch(signal);
-        // The server closed the stream: resume from the last version seen. A stream that
-        // closed without saying anything counts as a failure, so a server that keeps doing
-        // that is not hammered.
-        if (received > 0) {
-          gones = 0;
-          continue;
-        }
-        if (signal.aborted) break;
-        this.#failures++;
-      } catch (err) {
-        if (signal.aborted) break;
-        if (isNodeletError(err, 'GONE')) {
-          this.#log.info({ resourceVersion: this.state.resourceVersion, err: errorMessage(err) }, 'resourceVersion expired; listing again');
-          needList = true;
-          // One relist at once; a server answering 410 again and again gets the backoff.
-          if (++gones === 1) continue;
-        }
-        this.#failures++;
-        // 429 and 504 carry Retry-After: wait at least that long (still capped by the maximum).
-        const ra = isNodeletError(err) ? err.details.retryAfterSeconds : undefined;
-        if (typeof ra === 'number') retryAfterMs = ra * 1000;
-        if (this.#failures === 1 || this.#failures % 10 === 0) {
-          this.#log.warn({ err: errorMessage(err), failures: this.#failures }, 'control plane fault; retrying');
+  /**
+   * One turn of the loop: a list when needed, then one watch until the server closes it.
+   * Faults are logged and counted here; the loop's delay is the backoff they decide.
+   */
+  async #turn(signal: AbortSignal): Promise<void> {
+    this.#retryAfterMs = 0;
+    this.#again = false;
+    try {
+      if (this.#needList) {
+        await this.#list(signal);
+        this.#needList = false;
+        if (signal.aborted) return;
+      }
+      const received = await this.#watch(signal);
+      // The server closed the stream: resume from the last version seen. A stream that
+      // closed without saying anything counts as a failure, so a server that keeps doing
+      // that is not hammered.
+      if (received > 0) {
+        this.#gones = 0;
+        this.#again = true;
+        return;
+      }
+      if (signal.aborted) return;
+      this.#failures++;
+    } catch (err) {
+      if (signal.aborted) return;
+      if (isNodeletError(err, 'GONE')) {
+        this.#log.info({ resourceVersion: this.state.resourceVersion, err: errorMessage(err) }, 'resourceVersion expired; listing again');
+        this.#needList = true;
+        // One relist at once; a server answering 410 again and again gets the backoff.
+        if (++this.#gones === 1) {
+          this.#again = true;
+          return;
         }
       }
-      const maxMs = this.#o.backoffMaxMs ?? 30_000;
-      const delay = Math.max(backoffDelay(this.#failures - 1, this.#o.backoffBaseMs ?? 200, maxMs, 0.2, this.#o.random), Math.min(retryAfterMs, maxMs));
-      await this.#clock.sleep(delay, signal).catch(() => undefined);
+      this.#failures++;
+      // 429 and 504 carry Retry-After: wait at least that long (still capped by the maximum).
+      const ra = isNodeletError(err) ? err.details.retryAfterSeconds : undefined;
+      if (typeof ra === 'number') this.#retryAfterMs = ra * 1000;
+      if (this.#failures === 1 || this.#failures % 10 === 0) {
+        this.#log.warn({ err: errorMessage(err), failures: this.#failures }, 'control plane fault; retrying');
+      }
     }
+  }
+
+  /** After a turn: 0 to go on at once, else the backoff (at least a Retry-After, capped). */
+  #nextDelayMs(): number {
+    if (this.#again) return 0;
+    const maxMs = this.#o.backoffMaxMs ?? 30_000;
+    return Math.max(backoffDelay(this.#failures - 1, this.#o.backoffBaseMs ?? 200, maxMs, 0.2, this.#o.random), Math.min(this.#retryAfterMs, maxMs));
   }
 }

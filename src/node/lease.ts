@@ -11,7 +11,7 @@
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
-import { PeriodicLoop } from '../loop.js';
+import { Loop } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 
@@ -45,11 +45,11 @@ export class LeaseRenewer {
   #cached: Lease | undefined;
   #failures = 0;
   #lastRenew = 0;
-  readonly #loop: PeriodicLoop;
+  readonly #loop: Loop;
 
   constructor(o: LeaseRenewerOptions) {
     this.#o = o;
-    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.nextDelayMs(), o.clock);
+    this.#loop = new Loop({ name: 'lease', turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock });
   }
 
   /** Clock time of the last successful renewal (0: never). */
@@ -119,8 +119,8 @@ export class LeaseRenewer {
     return true;
   }
 
-  start(): void {
-    this.#loop.start();
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
   }
 
   stop(): Promise<void> {

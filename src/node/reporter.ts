@@ -11,7 +11,7 @@
  */
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
-import { PeriodicLoop } from '../loop.js';
+import { Loop } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import { nodeRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
@@ -49,11 +49,11 @@ export class NodeReporter {
   #lastReport = 0;
   #startedAt = 0;
   #everReady = false;
-  readonly #loop: PeriodicLoop;
+  readonly #loop: Loop;
 
   constructor(o: NodeReporterOptions) {
     this.#o = o;
-    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.nextDelayMs(), o.clock);
+    this.#loop = new Loop({ name: 'node-status', turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock });
   }
 
   get registered(): boolean {
@@ -113,9 +113,9 @@ export class NodeReporter {
     return backoffDelay(0, this.#o.updateFrequencyMs, Number.MAX_SAFE_INTEGER, 0.04, this.#o.rand);
   }
 
-  start(): void {
+  start(signal?: AbortSignal): void {
     this.#startedAt = this.#o.clock.now();
-    this.#loop.start();
+    this.#loop.start(signal);
   }
 
   stop(): Promise<void> {

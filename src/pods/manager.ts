@@ -14,6 +14,7 @@ import { errorMessage, NodeletError } from '../errors.js';
 import type { HealthCheck } from '../health/checks.js';
 import { noEvents, podRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
+import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
 import { computePodActions, podTitle, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
@@ -105,8 +106,7 @@ export class PodManager {
   readonly #workers = new Map<string, PodWorker>();
   readonly #pulls = new Mutex();
   #desired = new Map<string, Pod>();
-  #ctl = new AbortController();
-  #loop: Promise<void> | undefined;
+  readonly #loop: Loop;
   #lastTurn = 0;
   #lastError = '';
   #sourcesReady = false;
@@ -123,6 +123,7 @@ export class PodManager {
       logger: this.#o.logger.child({ component: 'probes' }),
       onChange: (uid) => this.#wake(uid),
     });
+    this.#loop = new Loop({ name: 'pod-relist', turn: () => this.#turn(), delayMs: () => this.#o.relistMs, clock: this.#o.clock, logger: this.#o.logger });
   }
 
   /** A probe result changed: the pod's worker syncs now (status, or a restart). */
@@ -484,25 +485,23 @@ export class PodManager {
     }
   }
 
-  start(): void {
-    this.#probes.start();
-    const signal = this.#ctl.signal;
-    this.#loop = (async () => {
-      while (!signal.aborted) {
-        const jobs = await this.#relist().catch((err) => {
-          this.#log.error({ err: errorMessage(err) }, 'pod relist failed');
-          return [];
-        });
-        void Promise.all(jobs).catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod worker failed'));
-        await this.#o.clock.sleep(this.#o.relistMs, signal).catch(() => undefined);
-      }
-    })();
+  start(signal?: AbortSignal): void {
+    this.#probes.start(signal);
+    this.#loop.start(signal);
+  }
+
+  /** One relist turn of the loop: hands the work out and goes on without waiting for the workers. */
+  async #turn(): Promise<void> {
+    const jobs = await this.#relist().catch((err) => {
+      this.#log.error({ err: errorMessage(err) }, 'pod relist failed');
+      return [];
+    });
+    void Promise.all(jobs).catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod worker failed'));
   }
 
   /** Stops the loop and waits for workers in flight. Containers keep running: they belong to the runtime. */
   async stop(): Promise<void> {
-    this.#ctl.abort();
-    await this.#loop;
+    await this.#loop.stop();
     await this.#probes.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.idle()));
   }

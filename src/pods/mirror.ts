@@ -13,7 +13,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { PeriodicLoop } from '../loop.js';
+import { Loop } from '../loop.js';
 import { podKey } from './manager.js';
 import { ANN_CONFIG_HASH } from './static-source.js';
 
@@ -89,7 +89,7 @@ export interface MirrorPodsOptions {
 
 export class MirrorPods {
   readonly #o: Required<MirrorPodsOptions>;
-  readonly #loop: PeriodicLoop;
+  readonly #loop: Loop;
   #static: Pod[] = [];
   #api: Pod[] | undefined;
   #nodeUid: string | undefined;
@@ -97,7 +97,7 @@ export class MirrorPods {
 
   constructor(o: MirrorPodsOptions) {
     this.#o = { clock: realClock, periodMs: 1000, ...o };
-    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.#o.periodMs, this.#o.clock);
+    this.#loop = new Loop({ name: 'mirror-pods', turn: () => this.syncOnce(), delayMs: () => this.#o.periodMs, clock: this.#o.clock });
   }
 
   setStaticPods(pods: Pod[]): void {
@@ -109,8 +109,8 @@ export class MirrorPods {
     this.#api = pods;
   }
 
-  start(): void {
-    this.#loop.start();
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
   }
 
   stop(): Promise<void> {

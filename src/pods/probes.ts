@@ -23,7 +23,7 @@ import { realClock, type Clock } from '../clock.js';
 import { errorMessage } from '../errors.js';
 import { noEvents, podRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
-import { PeriodicLoop } from '../loop.js';
+import { Loop } from '../loop.js';
 
 export type ProbeKind = 'startup' | 'liveness' | 'readiness';
 
@@ -144,12 +144,12 @@ export class ProbeManager {
   readonly #o: Required<ProbeManagerOptions>;
   /** By `<containerId>/<kind>`. */
   readonly #workers = new Map<string, Worker>();
-  readonly #loop: PeriodicLoop;
+  readonly #loop: Loop;
   #stopped = false;
 
   constructor(o: ProbeManagerOptions) {
     this.#o = { clock: realClock, events: noEvents, ...o };
-    this.#loop = new PeriodicLoop(() => this.tick(), () => this.#nextDelay(), this.#o.clock);
+    this.#loop = new Loop({ name: 'probes', turn: () => this.tick(), delayMs: () => this.#nextDelay(), clock: this.#o.clock });
   }
 
   /**
@@ -216,8 +216,8 @@ export class ProbeManager {
     return undefined;
   }
 
-  start(): void {
-    this.#loop.start();
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
   }
 
   /** Stops probing. Probes in flight are not waited for (an exec may take its whole timeout); their results are dropped. */

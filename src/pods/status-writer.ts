@@ -16,7 +16,7 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { PeriodicLoop } from '../loop.js';
+import { Loop } from '../loop.js';
 import { podKey } from './manager.js';
 import { isMirrorPod } from './mirror.js';
 
@@ -48,7 +48,7 @@ const TERMINAL = new Set(['Succeeded', 'Failed']);
 
 export class PodStatusWriter {
   readonly #o: Required<PodStatusWriterOptions>;
-  readonly #loop: PeriodicLoop;
+  readonly #loop: Loop;
   /** The control plane's pods for this node, as last listed or watched (deleting ones included). */
   #apiPods: Pod[] = [];
   /** Per UID: the status last written (JSON), and its top-level keys. */
@@ -59,7 +59,7 @@ export class PodStatusWriter {
 
   constructor(o: PodStatusWriterOptions) {
     this.#o = { clock: realClock, periodMs: 1000, ...o };
-    this.#loop = new PeriodicLoop(() => this.syncOnce(), () => this.#o.periodMs, this.#o.clock);
+    this.#loop = new Loop({ name: 'pod-status', turn: () => this.syncOnce(), delayMs: () => this.#o.periodMs, clock: this.#o.clock });
   }
 
   /** The control plane's full set of this node's pods (from the reflector). */
@@ -67,8 +67,8 @@ export class PodStatusWriter {
     this.#apiPods = pods;
   }
 
-  start(): void {
-    this.#loop.start();
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
   }
 
   stop(): Promise<void> {

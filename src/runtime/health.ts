@@ -10,6 +10,7 @@
  */
 import type { Clock } from '../clock.js';
 import { backoffDelay } from '../clock.js';
+import { Loop } from '../loop.js';
 import { errorMessage } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { RuntimeService, RuntimeStatusInfo, VersionInfo } from './types.js';
@@ -124,14 +125,14 @@ export interface RuntimeHealthOptions {
 export class RuntimeHealth {
   #state: RuntimeState = INITIAL_RUNTIME_STATE;
   #failures = 0;
-  #abort: AbortController | undefined;
-  #loop: Promise<void> | undefined;
+  readonly #loop: Loop;
   readonly #o: Required<Omit<RuntimeHealthOptions, 'onChange' | 'logger' | 'endpoint'>> & Pick<RuntimeHealthOptions, 'onChange' | 'endpoint'>;
   readonly #log: Logger;
 
   constructor(o: RuntimeHealthOptions) {
     this.#o = { intervalMs: 5000, backoffBaseMs: 1000, backoffMaxMs: 5000, ...o };
     this.#log = (o.logger ?? silentLogger()).child({ component: 'runtime-health' });
+    this.#loop = new Loop({ name: 'runtime-health', turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock, logger: this.#log });
   }
 
   /** The last known state (a frozen snapshot). */
@@ -180,34 +181,13 @@ export class RuntimeHealth {
     return backoffDelay(this.#failures - 1, this.#o.backoffBaseMs, this.#o.backoffMaxMs);
   }
 
-  /** Starts the loop (first check at once). Idempotent while running. */
+  /** Starts the loop (first check at once); it also ends when `signal` aborts. Idempotent while running. */
   start(signal?: AbortSignal): void {
-    if (this.#loop) return;
-    const abort = new AbortController();
-    this.#abort = abort;
-    const onOuterAbort = () => abort.abort(signal?.reason);
-    if (signal?.aborted) abort.abort(signal.reason);
-    else signal?.addEventListener('abort', onOuterAbort, { once: true });
-    this.#loop = (async () => {
-      while (!abort.signal.aborted) {
-        await this.syncOnce();
-        try {
-          await this.#o.clock.sleep(this.nextDelayMs(), abort.signal);
-        } catch {
-          break; // aborted
-        }
-      }
-    })().finally(() => {
-      signal?.removeEventListener('abort', onOuterAbort);
-    });
+    this.#loop.start(signal);
   }
 
   /** Stops the loop and waits for an in-flight check to finish. Idempotent. */
-  async stop(): Promise<void> {
-    this.#abort?.abort();
-    const loop = this.#loop;
-    this.#loop = undefined;
-    this.#abort = undefined;
-    await loop;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 }

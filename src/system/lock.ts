@@ -12,7 +12,9 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import { realClock } from '../clock.js';
 import { NodeletError } from '../errors.js';
+import { Loop } from '../loop.js';
 import type { Logger } from '../log.js';
 
 type FsExt = { flock(fd: number, flags: string, cb: (err: NodeJS.ErrnoException | null) => void): void; flockSync(fd: number, flags: string): void };
@@ -107,9 +109,9 @@ export async function acquireLock(path: string, opts: { logger: Logger; signal?:
     const h = holders();
     opts.logger.info({ lockFile: path, holders: h }, `waiting for lock file ${path}, held by ${h.length ? h.join(', ') : 'another process'}`);
   };
-  logWait();
-  const relog = setInterval(logWait, opts.relogMs ?? 30_000);
-  relog.unref();
+  // The first turn logs at once, then every relogMs while waiting.
+  const relog = new Loop({ name: 'lock-wait-log', turn: async () => logWait(), delayMs: () => opts.relogMs ?? 30_000, clock: realClock });
+  relog.start();
   try {
     // Wait in a child (util-linux flock on the same path), never on a libuv worker
     // thread: a thread blocked in flock(2) cannot be interrupted, and Node joins its
@@ -139,7 +141,7 @@ export async function acquireLock(path: string, opts: { logger: Logger; signal?:
     fs.closeSync(fd);
     throw err;
   } finally {
-    clearInterval(relog);
+    await relog.stop();
   }
   opts.logger.info({ lockFile: path }, 'acquired lock file');
   return makeHandle(path, fd, inode);
@@ -241,16 +243,21 @@ export function watchContention(handle: LockHandle, onContention: (reason: strin
   const fire = (reason: string) => {
     if (done) return;
     done = true;
-    clearInterval(timer);
+    void poll.stop();
     child?.kill('SIGKILL');
     onContention(reason);
   };
-  const timer = setInterval(() => {
-    const waiter = readProcLocks().find((e) => e.inode === handle.inode && e.waiting && e.pid !== process.pid);
-    if (waiter) fire(`${describePid(waiter.pid)} is waiting for lock file ${handle.path}`);
-    else if (!handle.stillOwnsPath()) fire(`lock file ${handle.path} was deleted or replaced`);
-  }, opts.intervalMs ?? 200);
-  timer.unref();
+  const poll = new Loop({
+    name: 'lock-contention',
+    turn: async () => {
+      const waiter = readProcLocks().find((e) => e.inode === handle.inode && e.waiting && e.pid !== process.pid);
+      if (waiter) fire(`${describePid(waiter.pid)} is waiting for lock file ${handle.path}`);
+      else if (!handle.stillOwnsPath()) fire(`lock file ${handle.path} was deleted or replaced`);
+    },
+    delayMs: () => opts.intervalMs ?? 200,
+    clock: realClock,
+  });
+  poll.start();
 
   let child: ReturnType<typeof spawnTied> | undefined;
   const ready = new Promise<void>((resolve) => {
@@ -279,7 +286,7 @@ export function watchContention(handle: LockHandle, onContention: (reason: strin
     ready,
     stop() {
       done = true;
-      clearInterval(timer);
+      void poll.stop();
       child?.kill('SIGKILL');
     },
   };

@@ -11,6 +11,7 @@ import { NodeletError } from '../errors.js';
 import type { Clock } from '../clock.js';
 import type { HealthRegistry } from '../health/checks.js';
 import type { Logger } from '../log.js';
+import { Loop } from '../loop.js';
 
 export interface Notifier {
   readonly enabled: boolean;
@@ -65,13 +66,14 @@ export function watchdogIntervalFromEnv(env: NodeJS.ProcessEnv = process.env, pi
  * but no longer working; a frozen event loop stops them by itself.
  */
 export class WatchdogLoop {
-  readonly #ctl = new AbortController();
   #failing = false;
-  #running: Promise<void> | undefined;
+  readonly #loop: Loop;
 
   constructor(
     private readonly deps: { notifier: Notifier; health: HealthRegistry; timeoutMs: number; clock: Clock; logger: Logger },
-  ) {}
+  ) {
+    this.#loop = new Loop({ name: 'watchdog', turn: () => this.syncOnce(), delayMs: () => this.periodMs, clock: deps.clock, logger: deps.logger });
+  }
 
   get periodMs(): number {
     return this.deps.timeoutMs / 2;
@@ -92,18 +94,11 @@ export class WatchdogLoop {
     return false;
   }
 
-  start(): void {
-    const signal = this.#ctl.signal;
-    this.#running = (async () => {
-      while (!signal.aborted) {
-        await this.syncOnce();
-        await this.deps.clock.sleep(this.periodMs, signal).catch(() => undefined);
-      }
-    })();
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
   }
 
-  async stop(): Promise<void> {
-    this.#ctl.abort();
-    await this.#running;
+  stop(): Promise<void> {
+    return this.#loop.stop();
   }
 }

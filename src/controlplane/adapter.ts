@@ -6,7 +6,7 @@
  */
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node, NodeStatus, Pod } from 'kubernetes-types/core/v1.js';
-import type { ControlPlanePorts } from '../connected-ports.js';
+import type { ControlPlanePorts } from '../connected.js';
 import { NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { SubjectAccessReviewSpec } from '../server/auth.js';

@@ -1,0 +1,169 @@
+/**
+ * Standalone or connected: the one place that turns a control-plane connection into
+ * everything connected mode adds. The composition root (daemon.ts) asks a NodeMode for
+ * its event sink, its pod sources and its services, the same calls in both modes;
+ * standalone builds none of the control-plane parts, and nothing else in nodelet asks
+ * which mode it runs in.
+ *
+ * `ControlPlanePorts` is what connected mode needs of the control plane, in nodelet's
+ * terms; the control-plane client implements it (src/controlplane/adapter.ts).
+ */
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Clock } from './clock.js';
+import { controlPlanePorts } from './controlplane/adapter.js';
+import type { KubeletConfiguration } from './config/types.js';
+import { parseDuration } from './config/duration.js';
+import { parseQuantity } from './config/quantity.js';
+import { errorMessage } from './errors.js';
+import { ApiEventRecorder, noEvents, nodeRef, type EventApi, type EventSink } from './events.js';
+import type { Logger } from './log.js';
+import type { Service } from './loop.js';
+import type { NodeIdentity } from './node-identity.js';
+import { readMachineFacts } from './node/facts.js';
+import { LeaseRenewer, type LeaseApi } from './node/lease.js';
+import { NodeReporter, type NodeApi } from './node/reporter.js';
+import { isMirrorPod, MirrorPods, mirroredUid, type MirrorPodApi } from './pods/mirror.js';
+import { runnableApiPods, type PodFeed, type PodSources, type SourceName } from './pods/sources.js';
+import { PodStatusWriter, type PodStatusApi } from './pods/status-writer.js';
+import type { PodStatus } from 'kubernetes-types/core/v1.js';
+import type { RuntimeState } from './runtime/health.js';
+import type { ReviewClient } from './server/auth.js';
+import { VERSION } from './version.js';
+
+export interface ControlPlanePorts {
+  /** The API server URL, for logs. */
+  readonly server: string;
+  nodes: NodeApi;
+  leases: LeaseApi;
+  reviews: ReviewClient;
+  pods: PodFeed;
+  podStatus: PodStatusApi;
+  mirrorPods: MirrorPodApi;
+  events: EventApi;
+  close(): Promise<void>;
+}
+
+export type Mode = 'standalone' | 'connected';
+
+/** What the mode's services need of the rest of the daemon, once it is built. */
+export interface ModeContext {
+  /** The pod sources: connected mode feeds the `api` source. */
+  sources: PodSources;
+  /** The pod manager's view: a pod's status, and whether it is still in the runtime. */
+  pods: { podStatus(uid: string): PodStatus | undefined; active(uid: string): boolean };
+  /** The runtime's last known state, for the Node's Ready condition. */
+  runtimeState: () => RuntimeState;
+}
+
+export interface NodeMode {
+  readonly name: Mode;
+  /** Where pod and node events go (standalone: nowhere). */
+  readonly events: EventSink;
+  /** Token and access reviews for the HTTPS server's webhook modes (standalone: none). */
+  readonly reviews?: ReviewClient;
+  /** The pod sources besides static files. */
+  readonly podSources: readonly SourceName[];
+  /** The static pods changed (connected: their mirror pods follow). */
+  staticPodsChanged(pods: Pod[]): void;
+  /** The services the mode adds, in start order (stopped in reverse). */
+  services(ctx: ModeContext): Service[];
+}
+
+/**
+ * The mode the flags ask for: connected with `--kubeconfig`, standalone without. The
+ * kubeconfig is read here, before the lock is taken, so a bad one stops startup naming
+ * its file and field; no request is made until the services start.
+ */
+export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOptions): Promise<NodeMode> {
+  if (kubeconfig === undefined) return standaloneMode();
+  return connectedMode(await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger), o);
+}
+
+/** Standalone: no control plane is contacted, nothing of connected mode is built. */
+export function standaloneMode(): NodeMode {
+  return { name: 'standalone', events: noEvents, podSources: [], staticPodsChanged: () => {}, services: () => [] };
+}
+
+export interface ConnectedOptions {
+  identity: NodeIdentity;
+  config: KubeletConfiguration;
+  clock: Clock;
+  logger: Logger;
+}
+
+/**
+ * Connected: the pods the control plane binds to this node, their status and mirror pods,
+ * the Node and its status, the heartbeat lease, events. None of them blocks startup: a
+ * control plane that is down shows in the logs and is retried, while static pods run.
+ */
+export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeMode {
+  const { identity, config: cfg, clock, logger: log } = o;
+  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, logger: log.child({ component: 'events' }) });
+  // Each static pod gets a mirror pod in the API.
+  const mirrors = new MirrorPods({ api: cp.mirrorPods, nodeName: identity.nodeName, clock, logger: log.child({ component: 'mirror-pods' }) });
+  return {
+    name: 'connected',
+    events,
+    reviews: cp.reviews,
+    podSources: ['api'],
+    staticPodsChanged: (pods) => mirrors.setStaticPods(pods),
+    services(ctx) {
+      const machine = readMachineFacts();
+      const evictionMemory = cfg.evictionHard['memory.available'];
+      const reporter = new NodeReporter({
+        api: cp.nodes,
+        events,
+        clock,
+        logger: log.child({ component: 'node-status' }),
+        updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
+        reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
+        facts: () => ({
+          ...machine,
+          nodeName: identity.nodeName,
+          hostname: identity.hostname,
+          ips: identity.ips,
+          maxPods: cfg.maxPods,
+          evictionHardMemoryBytes: evictionMemory && !evictionMemory.endsWith('%') ? parseQuantity(evictionMemory).value : 0,
+          kubeletPort: cfg.port,
+          kubeletVersion: `v1.32.0-nodelet.${VERSION}`,
+          runtime: ctx.runtimeState(),
+        }),
+      });
+      const statusWriter = new PodStatusWriter({
+        api: cp.podStatus,
+        pods: {
+          // A mirror pod's status is its static pod's.
+          statusOf: (p) => ctx.pods.podStatus((isMirrorPod(p) ? mirroredUid(p) : p.metadata?.uid) ?? ''),
+          active: (p) => ctx.pods.active(p.metadata?.uid ?? ''),
+        },
+        clock,
+        logger: log.child({ component: 'pod-status' }),
+      });
+      const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock, logger: log.child({ component: 'node-lease' }) });
+      // Stopped in reverse: the loops and the watch first, then queued events are sent (for at
+      // most 2 s), and the client closes last, with nothing left in flight.
+      return [
+        { name: 'control-plane-client', start: () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
+        { name: 'events', start: () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
+        {
+          name: 'api-pods',
+          start: () => {
+            void cp.pods
+              .start((list) => {
+                const onNode = list.filter((p) => p.spec?.nodeName === identity.nodeName);
+                statusWriter.setApiPods(onNode);
+                mirrors.setApiPods(onNode);
+                ctx.sources.update('api', runnableApiPods(list, identity.nodeName));
+              })
+              .catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
+          },
+          stop: () => cp.pods.stop(),
+        },
+        { name: 'pod-status', start: (signal) => statusWriter.start(signal), stop: () => statusWriter.stop() },
+        { name: 'mirror-pods', start: (signal) => mirrors.start(signal), stop: () => mirrors.stop() },
+        { name: 'node-status', start: (signal) => reporter.start(signal), stop: () => reporter.stop() },
+        { name: 'node-lease', start: (signal) => lease.start(signal), stop: () => lease.stop() },
+      ];
+    },
+  };
+}
