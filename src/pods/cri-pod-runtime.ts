@@ -15,7 +15,7 @@ import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { parseQuantity } from '../config/quantity.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import type { CriClient } from '../runtime/cri-client.js';
-import type { ContainerConfig, ContainerState, Mount, PodSandboxConfig } from '../runtime/types.js';
+import type { ContainerConfig, ContainerState, PodSandboxConfig } from '../runtime/types.js';
 import {
   ANN_CONTAINER_HASH,
   ANN_GRACE_PERIOD,
@@ -27,10 +27,12 @@ import {
   containerConfig,
   sandboxConfig,
 } from './cri-config.js';
+import { isDnsLabel } from './pod-validation.js';
 import type { ObservedContainer, ObservedContainerState, ObservedPod } from './observed.js';
 import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp } from './seccomp.js';
-import { containerMounts, removePodDir } from './volumes.js';
+import type { Mounter } from './subpath.js';
+import { containerMounts, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 
 export interface CriPodRuntimeOptions {
   cri: CriClient;
@@ -43,6 +45,8 @@ export interface CriPodRuntimeOptions {
   /** For the downward API in env (spec.nodeName, status.hostIP, a hostNetwork pod's status.podIP). */
   nodeName?: string;
   hostIP?: string;
+  /** Mounts for subPath binds; default the host's (util-linux mount). */
+  mounter?: Mounter;
 }
 
 const STATE: Record<ContainerState, ObservedContainerState> = {
@@ -97,7 +101,8 @@ export class CriPodRuntime implements PodRuntime {
 
   #logDirectory(pod: Pod): string {
     const m = pod.metadata!;
-    return path.join(this.#o.podLogsDir, `${m.namespace ?? 'default'}_${m.name}_${m.uid}`);
+    // Checked names only: an API pod's name and UID become a path under podLogsDir.
+    return podLogDir(this.#o.podLogsDir, m.namespace ?? 'default', m.name ?? '', m.uid ?? '');
   }
 
   #sandboxConfig(pod: Pod, attempt: number): PodSandboxConfig {
@@ -223,14 +228,10 @@ export class CriPodRuntime implements PodRuntime {
 
   async startContainer(s: StartSpec): Promise<string> {
     const { pod, container } = s;
+    // The name becomes a path element (the log directory, subPath binds): an API pod's is checked here.
+    if (!isDnsLabel(container.name)) throw new NodeletError('INVALID_ARGUMENT', `container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`, { reason: 'CreateContainerConfigError' });
     const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
     if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name);
-    let mounts: Mount[];
-    try {
-      mounts = await containerMounts(pod, container, this.#o.rootDir);
-    } catch (err) {
-      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
-    }
     let config: ContainerConfig;
     try {
       config = containerConfig(pod, container, {
@@ -240,9 +241,15 @@ export class CriPodRuntime implements PodRuntime {
         ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
         ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
       }) as unknown as ContainerConfig;
-      config.mounts = mounts;
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
+    }
+    try {
+      // Set up at every creation: subPath binds are redone from the volume as it is now.
+      const env = new Map((config.envs ?? []).map((e) => [e.key, e.value] as const));
+      config.mounts = await containerMounts(pod, container, this.#o.rootDir, { env, ...(this.#o.mounter ? { mounter: this.#o.mounter } : {}) });
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
     }
     const sandboxCfg = this.#sandboxConfig(pod, s.sandboxAttempt);
     await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
@@ -268,8 +275,14 @@ export class CriPodRuntime implements PodRuntime {
     return this.#o.cri.execSync(id, cmd, timeoutSeconds);
   }
 
-  cleanupPod(uid: string): Promise<void> {
-    return removePodDir(this.#o.rootDir, uid);
+  /**
+   * Removes every per-pod directory nodelet made: `<root-dir>/pods/<uid>` (its subPath
+   * binds unmounted first) and the pod's log directory. Both are tried; the errors are joined.
+   */
+  async cleanupPod(uid: string): Promise<void> {
+    const results = await Promise.allSettled([removePodDir(this.#o.rootDir, uid, this.#o.mounter), removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter)]);
+    const errors = results.flatMap((r) => (r.status === 'rejected' ? [errorMessage(r.reason)] : []));
+    if (errors.length) throw new NodeletError('INTERNAL', errors.join('; '));
   }
 
   async removeContainer(id: string): Promise<void> {

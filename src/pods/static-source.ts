@@ -19,13 +19,11 @@ import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { parse as parseYaml } from 'yaml';
 import { NodeletError, errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
+import { validatePodManifest } from './pod-validation.js';
 
 export const ANN_CONFIG_SOURCE = 'kubernetes.io/config.source';
 export const ANN_CONFIG_HASH = 'kubernetes.io/config.hash';
 export const ANN_CONFIG_SEEN = 'kubernetes.io/config.seen';
-
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
 /** Stable JSON (sorted keys), so that the UID depends on content, not key order. */
 function canonical(v: unknown): string {
@@ -56,42 +54,6 @@ function defaultContainer(c: Container): Container {
   };
 }
 
-function validate(doc: Record<string, unknown>): string[] {
-  const problems: string[] = [];
-  if (doc.apiVersion !== 'v1') problems.push(`apiVersion: must be v1, got ${JSON.stringify(doc.apiVersion)}`);
-  if (doc.kind !== 'Pod') problems.push(`kind: must be Pod, got ${JSON.stringify(doc.kind)}`);
-  const meta = doc.metadata as Record<string, unknown> | undefined;
-  const name = meta?.name;
-  if (typeof name !== 'string' || !name) problems.push('metadata.name: required');
-  else if (!DNS_SUBDOMAIN.test(name) || name.length > 253) problems.push(`metadata.name: "${name}" is not a valid DNS-1123 subdomain`);
-  if (meta?.namespace !== undefined && (typeof meta.namespace !== 'string' || !DNS_LABEL.test(meta.namespace))) {
-    problems.push(`metadata.namespace: ${JSON.stringify(meta.namespace)} is not a valid namespace name`);
-  }
-  const spec = doc.spec as Record<string, unknown> | undefined;
-  if (!spec || typeof spec !== 'object') return [...problems, 'spec: required'];
-  const rp = spec.restartPolicy;
-  if (rp !== undefined && rp !== 'Always' && rp !== 'OnFailure' && rp !== 'Never') problems.push(`spec.restartPolicy: must be Always, OnFailure or Never, got ${JSON.stringify(rp)}`);
-  const seen = new Set<string>();
-  for (const field of ['initContainers', 'containers'] as const) {
-    const list = spec[field];
-    if (list === undefined && field === 'initContainers') continue;
-    if (!Array.isArray(list) || (field === 'containers' && list.length === 0)) {
-      problems.push(`spec.${field}: must be a ${field === 'containers' ? 'non-empty ' : ''}list`);
-      continue;
-    }
-    list.forEach((c: Record<string, unknown>, i: number) => {
-      const f = `spec.${field}[${i}]`;
-      if (typeof c?.name !== 'string' || !DNS_LABEL.test(c.name)) problems.push(`${f}.name: ${JSON.stringify(c?.name)} is not a valid container name`);
-      else if (seen.has(c.name)) problems.push(`${f}.name: duplicate container name "${c.name}"`);
-      else seen.add(c.name);
-      if (typeof c?.image !== 'string' || !c.image.trim()) problems.push(`${f}.image: required`);
-      const pp = c?.imagePullPolicy;
-      if (pp !== undefined && pp !== 'Always' && pp !== 'IfNotPresent' && pp !== 'Never') problems.push(`${f}.imagePullPolicy: must be Always, IfNotPresent or Never, got ${JSON.stringify(pp)}`);
-    });
-  }
-  return problems;
-}
-
 /**
  * One manifest file's text -> the static pod (pure). Throws INVALID_ARGUMENT whose
  * message lists every problem, each naming the field.
@@ -105,7 +67,7 @@ export function podFromManifest(text: string, file: string, nodeName: string): P
     throw new NodeletError('INVALID_ARGUMENT', `${file}: cannot parse: ${errorMessage(err).split('\n')[0]}`, { file });
   }
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new NodeletError('INVALID_ARGUMENT', `${file}: not a Pod manifest (a YAML or JSON object)`, { file });
-  const problems = validate(doc as Record<string, unknown>);
+  const problems = validatePodManifest(doc as Record<string, unknown>);
   if (problems.length) throw new NodeletError('INVALID_ARGUMENT', `${file}: ${problems.join('; ')}`, { file, problems });
 
   const manifest = doc as Pod;

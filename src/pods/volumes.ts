@@ -2,7 +2,13 @@
  * Pod volumes a node agent sets up by itself: `hostPath` (with the kubelet's type checks)
  * and `emptyDir` (a directory under `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/`,
  * the kubelet's layout, removed with the pod). Each container's `volumeMounts` become CRI
- * mounts (readOnly, subPath, mountPropagation).
+ * mounts (readOnly, subPath/subPathExpr, mountPropagation).
+ *
+ * Every name that becomes a host path element (the pod UID, volume and container names)
+ * is checked here again, whatever validated the pod before: an API pod never went
+ * through nodelet's manifest validation, and a name like `../..` would lead anywhere.
+ * A subPath is resolved inside its volume without following links and bind-mounted from
+ * the resolved descriptor (subpath.ts), at every container creation.
  *
  * Volumes that need the control plane or a plugin (configMap, secret, projected,
  * persistentVolumeClaim, csi, ...) and `emptyDir.medium: Memory` are refused with
@@ -14,14 +20,21 @@ import path from 'node:path';
 import type { Container, Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../errors.js';
 import type { Mount, MountPropagation } from '../runtime/types.js';
+import { expand } from './env.js';
+import { isDnsLabel, isDnsSubdomain, isPodUid } from './pod-validation.js';
+import { bindSubPath, hostMounter, removeTree, subPathTarget, unmountUnder, type Mounter } from './subpath.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
 
+/** `<root-dir>/pods/<uid>`; refuses a UID that is not one (it would be a path). */
 export function podDir(rootDir: string, uid: string): string {
+  if (!isPodUid(uid)) throw new NodeletError('INVALID_ARGUMENT', `pod UID ${JSON.stringify(uid)} is not a valid UID`, REASON);
   return path.join(rootDir, 'pods', uid);
 }
 
+/** The emptyDir's directory; refuses a volume name that is not a DNS-1123 label (it would be a path). */
 export function emptyDirPath(rootDir: string, uid: string, volume: string): string {
+  if (!isDnsLabel(volume)) throw new NodeletError('INVALID_ARGUMENT', `volume ${JSON.stringify(volume)}: not a valid volume name (a DNS-1123 label)`, REASON);
   return path.join(podDir(rootDir, uid), 'volumes', 'kubernetes.io~empty-dir', volume);
 }
 
@@ -74,13 +87,14 @@ async function hostPathReady(volume: string, p: string, type: string | undefined
 }
 
 async function volumeHostPath(pod: Pod, v: Volume, rootDir: string): Promise<string> {
+  if (!isDnsLabel(v.name)) throw new NodeletError('INVALID_ARGUMENT', `volume ${JSON.stringify(v.name)}: not a valid volume name (a DNS-1123 label)`, REASON);
   if (v.hostPath) {
     await hostPathReady(v.name, v.hostPath.path, v.hostPath.type);
     return v.hostPath.path;
   }
   if (v.emptyDir) {
     if (v.emptyDir.medium === 'Memory') throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": emptyDir medium Memory is not supported by nodelet`, REASON);
-    const dir = emptyDirPath(rootDir, pod.metadata!.uid!, v.name);
+    const dir = emptyDirPath(rootDir, pod.metadata?.uid ?? '', v.name);
     await fs.mkdir(dir, { recursive: true });
     await fs.chmod(dir, 0o777); // as the kubelet: any user of the pod may write
     return dir;
@@ -89,31 +103,83 @@ async function volumeHostPath(pod: Pod, v: Volume, rootDir: string): Promise<str
   throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": type ${kind} is not supported by nodelet (hostPath and emptyDir are)`, REASON);
 }
 
-/** Sets up the volumes `container` mounts and returns its CRI mounts, in volumeMounts order. */
-export async function containerMounts(pod: Pod, container: Container, rootDir: string): Promise<Mount[]> {
+export interface ContainerMountsOptions {
+  /** The container's environment, for `$(VAR)` in subPathExpr. */
+  env?: ReadonlyMap<string, string>;
+  /** Default: the host's (util-linux mount, /proc/self/mountinfo). */
+  mounter?: Mounter;
+}
+
+/**
+ * Sets up the volumes `container` mounts and returns its CRI mounts, in volumeMounts order.
+ * A subPath (or an expanded subPathExpr) is bound onto
+ * `<root-dir>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>`, which the runtime gets.
+ */
+export async function containerMounts(pod: Pod, container: Container, rootDir: string, o: ContainerMountsOptions = {}): Promise<Mount[]> {
   const volumes = new Map((pod.spec?.volumes ?? []).map((v) => [v.name, v]));
   const mounts: Mount[] = [];
-  for (const vm of container.volumeMounts ?? []) {
+  const list = container.volumeMounts ?? [];
+  for (let i = 0; i < list.length; i++) {
+    const vm = list[i]!;
+    const what = `volumeMount ${JSON.stringify(vm.name)} of container ${container.name}`;
+    const refuse = (msg: string) => new NodeletError('INVALID_ARGUMENT', `${what}: ${msg}`, REASON);
     const v = volumes.get(vm.name);
-    if (!v) throw new NodeletError('INVALID_ARGUMENT', `volumeMount "${vm.name}" of container ${container.name}: the pod has no volume named "${vm.name}"`, REASON);
+    if (!v) throw refuse(`the pod has no volume named ${JSON.stringify(vm.name)}`);
+    if (typeof vm.mountPath !== 'string' || !path.isAbsolute(vm.mountPath)) throw refuse(`mountPath ${JSON.stringify(vm.mountPath)} must be an absolute path`);
     let host = await volumeHostPath(pod, v, rootDir);
-    if (vm.subPath) {
-      if (path.isAbsolute(vm.subPath) || vm.subPath.split('/').includes('..')) {
-        throw new NodeletError('INVALID_ARGUMENT', `volumeMount "${vm.name}" of container ${container.name}: subPath ${JSON.stringify(vm.subPath)} must be a relative path without ".."`, REASON);
-      }
-      host = path.join(host, vm.subPath);
-      // As the kubelet: a missing subPath is created as a directory.
-      if (!(await statOrUndefined(host))) await fs.mkdir(host, { recursive: true, mode: 0o755 });
+    if (vm.subPath && vm.subPathExpr) throw refuse('subPath and subPathExpr are mutually exclusive');
+    // As the kubelet: subPathExpr is expanded from the container's environment; an empty result is the whole volume.
+    const sub = vm.subPath || (vm.subPathExpr ? expand(vm.subPathExpr, o.env ?? new Map()) : '');
+    if (sub) {
+      if (!isDnsLabel(container.name)) throw refuse(`container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`);
+      const target = subPathTarget(podDir(rootDir, pod.metadata?.uid ?? ''), vm.name, container.name, i);
+      await bindSubPath({ volumeRoot: host, subPath: sub, target: path.resolve(target), mounter: o.mounter ?? hostMounter, what });
+      host = target;
     }
     const propagation = PROPAGATION[vm.mountPropagation ?? 'None'];
-    if (!propagation) throw new NodeletError('INVALID_ARGUMENT', `volumeMount "${vm.name}" of container ${container.name}: unknown mountPropagation ${JSON.stringify(vm.mountPropagation)}`, REASON);
+    if (!propagation) throw refuse(`unknown mountPropagation ${JSON.stringify(vm.mountPropagation)}`);
     mounts.push({ containerPath: vm.mountPath, hostPath: host, readonly: !!vm.readOnly, selinuxRelabel: false, propagation });
   }
   return mounts;
 }
 
-/** Removes the pod's directory (its emptyDir volumes) once the pod is gone from the runtime. */
-export async function removePodDir(rootDir: string, uid: string): Promise<void> {
-  if (!/^[A-Za-z0-9-]+$/.test(uid)) return; // never a path outside <root-dir>/pods
-  await fs.rm(podDir(rootDir, uid), { recursive: true, force: true });
+/**
+ * Removes the pod's directory (its emptyDir volumes, its subPath binds) once the pod is
+ * gone from the runtime: the subPath binds are unmounted first, and nothing is removed
+ * across a mount point (a recursive delete through a bind would delete host files).
+ */
+export async function removePodDir(rootDir: string, uid: string, mounter: Mounter = hostMounter): Promise<void> {
+  if (!isPodUid(uid)) return; // never a path outside <root-dir>/pods
+  const dir = podDir(rootDir, uid);
+  await unmountUnder(path.join(dir, 'volume-subpaths'), mounter);
+  await removeTree(dir, mounter);
+}
+
+/** `<podLogsDir>/<namespace>_<name>_<uid>`; refuses names that are not the API's (they would be paths). */
+export function podLogDir(podLogsDir: string, namespace: string, name: string, uid: string): string {
+  if (!isDnsLabel(namespace) || !isDnsSubdomain(name) || !isPodUid(uid)) {
+    throw new NodeletError('INVALID_ARGUMENT', `pod ${JSON.stringify(namespace)}/${JSON.stringify(name)} (uid ${JSON.stringify(uid)}): not valid names for a log directory`, { reason: 'CreatePodSandboxError' });
+  }
+  return path.join(podLogsDir, `${namespace}_${name}_${uid}`);
+}
+
+/**
+ * Removes the pod's log directories (`<namespace>_<name>_<uid>` in podLogsDir). Found by
+ * UID, so a pod whose name nodelet no longer knows (removed after a restart) is found too;
+ * only entries that podLogDir could have made match.
+ */
+export async function removePodLogDirs(podLogsDir: string, uid: string, mounter: Mounter = hostMounter): Promise<void> {
+  if (!isPodUid(uid)) return;
+  let names: string[];
+  try {
+    names = await fs.readdir(podLogsDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  for (const n of names) {
+    const parts = n.split('_');
+    if (parts.length !== 3 || parts[2] !== uid || !isDnsLabel(parts[0]) || !isDnsSubdomain(parts[1])) continue;
+    await removeTree(path.join(podLogsDir, n), mounter);
+  }
 }

@@ -33,9 +33,9 @@ export interface PodNode {
   close(): Promise<void>;
 }
 
-/** `kubeconfig`: connected to that control plane (else standalone). */
-export async function startPodNode(o: { kubeconfig?: string } = {}): Promise<PodNode> {
-  const { endpoint } = await ensureContainerd({ dir: PODS_CONTAINERD_DIR });
+/** `kubeconfig`: connected to that control plane (else standalone); `containerdDir`: a containerd of the caller's own (default PODS_CONTAINERD_DIR). */
+export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string } = {}): Promise<PodNode> {
+  const { endpoint } = await ensureContainerd({ dir: o.containerdDir ?? PODS_CONTAINERD_DIR });
   const dir = tempDir('nodelet-pods-');
   const manifests = path.join(dir, 'manifests');
   const rootDir = path.join(dir, 'root');

@@ -5,7 +5,8 @@ import path from 'node:path';
 import type { Container, Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
-import { containerMounts, emptyDirPath, removePodDir } from '../../../src/pods/volumes.js';
+import { parseMountInfo, subPathComponents, type Mounter } from '../../../src/pods/subpath.js';
+import { containerMounts, emptyDirPath, podDir, removePodDir, removePodLogDirs } from '../../../src/pods/volumes.js';
 import { rejection } from '../../helpers/errors.js';
 
 let tmp: string;
@@ -20,10 +21,44 @@ afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
 const pod = (volumes: Volume[]): Pod => ({ metadata: { name: 'p', namespace: 'default', uid: 'uid-1' }, spec: { volumes, containers: [] } });
 const ctr = (volumeMounts: Container['volumeMounts']): Container => ({ name: 'app', image: 'busybox', volumeMounts });
 
+/**
+ * The mount table in memory: a bind records what its source resolved to while the
+ * descriptor was open (the inode nodelet checked), as the kernel would bind it.
+ */
+class FakeMounter implements Mounter {
+  readonly points: string[] = [];
+  readonly binds = new Map<string, string>();
+  readonly calls: string[] = [];
+  async bind(source: string, target: string) {
+    expect(source).toMatch(new RegExp(`^/proc/${process.pid}/fd/\\d+$`));
+    this.binds.set(target, fs.readlinkSync(source));
+    this.points.push(target);
+    this.calls.push(`bind ${target}`);
+  }
+  async unmount(target: string) {
+    const i = this.points.lastIndexOf(target);
+    if (i < 0) throw new Error(`umount: ${target}: not mounted`);
+    // Unmounted while it still exists: nothing was removed through the bind.
+    expect(fs.existsSync(target)).toBe(true);
+    this.points.splice(i, 1);
+    this.calls.push(`umount ${target}`);
+  }
+  async mountPoints() {
+    return [...this.points];
+  }
+}
+
+const uidSeq = (() => {
+  let n = 0;
+  return () => `uid-${++n}`;
+})();
+const podU = (uid: string, volumes: Volume[]): Pod => ({ metadata: { name: 'p', namespace: 'default', uid }, spec: { volumes, containers: [] } });
+
 describe('containerMounts', () => {
   it('hostPath and emptyDir become CRI mounts with readOnly, subPath and propagation; emptyDir lives under the pod dir, writable by all', async () => {
     const host = path.join(tmp, 'data');
     fs.mkdirSync(host);
+    const mounter = new FakeMounter();
     const mounts = await containerMounts(
       pod([
         { name: 'data', hostPath: { path: host, type: 'Directory' } },
@@ -35,17 +70,23 @@ describe('containerMounts', () => {
         { name: 'scratch', mountPath: '/logs', subPath: 'logs/app' },
       ]),
       root,
+      { mounter },
     );
     const scratch = emptyDirPath(root, 'uid-1', 'scratch');
     expect(scratch).toBe(path.join(root, 'pods/uid-1/volumes/kubernetes.io~empty-dir/scratch'));
+    // The subPath reaches the runtime as nodelet's own bind target, the kubelet's layout.
+    const target = path.join(root, 'pods/uid-1/volume-subpaths/scratch/app/2');
     expect(mounts).toEqual([
       { containerPath: '/data', hostPath: host, readonly: true, selinuxRelabel: false, propagation: 'PROPAGATION_PRIVATE' },
       { containerPath: '/scratch', hostPath: scratch, readonly: false, selinuxRelabel: false, propagation: 'PROPAGATION_HOST_TO_CONTAINER' },
-      { containerPath: '/logs', hostPath: path.join(scratch, 'logs/app'), readonly: false, selinuxRelabel: false, propagation: 'PROPAGATION_PRIVATE' },
+      { containerPath: '/logs', hostPath: target, readonly: false, selinuxRelabel: false, propagation: 'PROPAGATION_PRIVATE' },
     ]);
+    expect(mounter.binds.get(target)).toBe(path.join(scratch, 'logs/app'));
+    expect(fs.statSync(target).isDirectory()).toBe(true);
     expect(fs.statSync(scratch).mode & 0o777).toBe(0o777);
-    expect(fs.statSync(path.join(scratch, 'logs/app')).isDirectory()).toBe(true);
-    await removePodDir(root, 'uid-1');
+    expect(fs.statSync(path.join(scratch, 'logs/app')).mode & 0o777).toBe(0o755);
+    await removePodDir(root, 'uid-1', mounter);
+    expect(mounter.calls).toEqual([`bind ${target}`, `umount ${target}`]);
     expect(fs.existsSync(path.join(root, 'pods/uid-1'))).toBe(false);
     expect(fs.existsSync(host)).toBe(true);
   });
@@ -88,6 +129,174 @@ describe('containerMounts', () => {
     expect(await refuse([], [{ name: 'x', mountPath: '/x' }])).toBe('volumeMount "x" of container app: the pod has no volume named "x"');
     expect(await refuse([{ name: 'cfg', configMap: { name: 'app-config' } }], [{ name: 'cfg', mountPath: '/cfg' }])).toBe('volume "cfg": type configMap is not supported by nodelet (hostPath and emptyDir are)');
     expect(await refuse([{ name: 'm', emptyDir: { medium: 'Memory' } }], [{ name: 'm', mountPath: '/m' }])).toBe('volume "m": emptyDir medium Memory is not supported by nodelet');
-    expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: '../../etc' }])).toBe('volumeMount "e" of container app: subPath "../../etc" must be a relative path without ".."');
+    expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: '../../etc' }])).toBe('volumeMount "e" of container app: subPath "../../etc" must not contain a ".." element');
+    expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: 'e' }])).toBe('volumeMount "e" of container app: mountPath "e" must be an absolute path');
+    expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: 'a', subPathExpr: 'b' }])).toBe('volumeMount "e" of container app: subPath and subPathExpr are mutually exclusive');
+  });
+});
+
+describe('volume names and UIDs never become paths', () => {
+  it('an emptyDir whose name is a path is refused before anything on the host is touched', async () => {
+    const victim = path.join(tmp, 'victim-names');
+    fs.mkdirSync(victim, { mode: 0o700 });
+    fs.chmodSync(victim, 0o700);
+    const evil = `../../../../../../../../../../..${victim}`;
+    const err = await rejection(containerMounts(pod([{ name: evil, emptyDir: {} }]), ctr([{ name: evil, mountPath: '/v' }]), root, { mounter: new FakeMounter() }));
+    expect(err.message).toBe(`volume ${JSON.stringify(evil)}: not a valid volume name (a DNS-1123 label)`);
+    expect(err.details.reason).toBe('CreateContainerConfigError');
+    expect(fs.statSync(victim).mode & 0o777).toBe(0o700);
+    expect(() => emptyDirPath(root, 'uid-1', '..')).toThrow(/not a valid volume name/);
+    expect(() => emptyDirPath(root, 'uid-1', 'a'.repeat(64))).toThrow(/not a valid volume name/);
+    expect(() => podDir(root, '../../etc')).toThrow(/pod UID "..\/..\/etc" is not a valid UID/);
+    const badUid: Pod = { metadata: { name: 'p', uid: '../x' }, spec: { volumes: [{ name: 'v', emptyDir: {} }], containers: [] } };
+    expect((await rejection(containerMounts(badUid, ctr([{ name: 'v', mountPath: '/v' }]), root))).message).toMatch(/pod UID "..\/x" is not a valid UID/);
+  });
+});
+
+describe('subPath never leaves its volume', () => {
+  function setup(uid = uidSeq()) {
+    const mounter = new FakeMounter();
+    const victim = path.join(tmp, `victim-${uid}`);
+    fs.mkdirSync(path.join(victim, 'etc'), { recursive: true });
+    fs.writeFileSync(path.join(victim, 'etc/secret'), 'host secret');
+    const p = podU(uid, [{ name: 'v', emptyDir: {} }]);
+    const volume = emptyDirPath(root, uid, 'v');
+    fs.mkdirSync(volume, { recursive: true });
+    const mountsOf = (vm: NonNullable<Container['volumeMounts']>[number], env?: Map<string, string>) => containerMounts(p, ctr([vm]), root, { mounter, ...(env ? { env } : {}) });
+    return { uid, mounter, victim, volume, mountsOf };
+  }
+
+  it.each([
+    ['a link as the first element', 'escape/etc', '"escape" is a symbolic link'],
+    ['a link as the last element', 'escape', '"escape" is a symbolic link'],
+    ['a link deeper down', 'dir/inner/etc/new', '"dir/inner" is a symbolic link'],
+    ['a missing directory below a link', 'escape/made/by/nodelet', '"escape" is a symbolic link'],
+  ])('%s is refused, naming the mount and the subPath; nothing is created or bound on the host', async (_n, subPath, why) => {
+    const { mounter, victim, volume, mountsOf } = setup();
+    fs.symlinkSync(victim, path.join(volume, 'escape'));
+    fs.mkdirSync(path.join(volume, 'dir'));
+    fs.symlinkSync(victim, path.join(volume, 'dir/inner'));
+    const err = await rejection(mountsOf({ name: 'v', mountPath: '/host', subPath }));
+    expect(err.message).toContain(`volumeMount "v" of container app: subPath ${JSON.stringify(subPath)} is refused: ${why}`);
+    expect(err.details.reason).toBe('CreateContainerConfigError');
+    expect(fs.readdirSync(victim)).toEqual(['etc']);
+    expect(fs.readdirSync(path.join(victim, 'etc'))).toEqual(['secret']);
+    expect(mounter.points).toEqual([]);
+  });
+
+  it('a file where a directory is needed is refused; a file as the last element is bound onto a file', async () => {
+    const { mounter, volume, mountsOf, uid } = setup();
+    fs.writeFileSync(path.join(volume, 'conf'), 'x=1');
+    expect((await rejection(mountsOf({ name: 'v', mountPath: '/c', subPath: 'conf/deeper' }))).message).toContain('"conf" is not a directory');
+    const [m] = await mountsOf({ name: 'v', mountPath: '/c', subPath: 'conf' });
+    expect(fs.statSync(m!.hostPath).isFile()).toBe(true);
+    expect(mounter.binds.get(m!.hostPath)).toBe(path.join(volume, 'conf'));
+    await removePodDir(root, uid, mounter);
+    expect(mounter.points).toEqual([]);
+    expect(fs.existsSync(podDir(root, uid))).toBe(false);
+  });
+
+  it('every creation binds again: a stale bind is unmounted first, and the target follows the type of what it binds', async () => {
+    const { mounter, volume, mountsOf } = setup();
+    const vm = { name: 'v', mountPath: '/d', subPath: 'd' };
+    const [first] = await mountsOf(vm);
+    expect(mounter.binds.get(first!.hostPath)).toBe(path.join(volume, 'd'));
+    // The container replaced its directory with a file; then with a link: the next creation sees each.
+    fs.rmdirSync(path.join(volume, 'd'));
+    fs.writeFileSync(path.join(volume, 'd'), 'file now');
+    const [second] = await mountsOf(vm);
+    expect(second!.hostPath).toBe(first!.hostPath);
+    expect(fs.statSync(second!.hostPath).isFile()).toBe(true);
+    expect(mounter.points).toEqual([second!.hostPath]);
+    fs.rmSync(path.join(volume, 'd'));
+    fs.symlinkSync('/', path.join(volume, 'd'));
+    expect((await rejection(mountsOf(vm))).message).toContain('"d" is a symbolic link');
+    // The stale bind went down before the refusal: the container gets nothing from the old one.
+    expect(mounter.points).toEqual([]);
+  });
+
+  it('subPathExpr expands $(VAR) from the container environment, with the same checks', async () => {
+    const { mounter, volume, mountsOf } = setup();
+    const env = new Map([
+      ['POD', 'web-1'],
+      ['UP', '..'],
+    ]);
+    const [m] = await mountsOf({ name: 'v', mountPath: '/logs', subPathExpr: 'logs/$(POD)' }, env);
+    expect(mounter.binds.get(m!.hostPath)).toBe(path.join(volume, 'logs/web-1'));
+    expect((await rejection(mountsOf({ name: 'v', mountPath: '/x', subPathExpr: '$(UP)/$(UP)' }, env))).message).toContain('subPath "../.." must not contain a ".." element');
+    // Expanded to nothing: the whole volume, as the kubelet.
+    const [whole] = await mountsOf({ name: 'v', mountPath: '/all', subPathExpr: '$(EMPTY)' }, new Map([['EMPTY', '']]));
+    expect(whole!.hostPath).toBe(volume);
+  });
+
+  it('removePodDir never removes through a mount: a mount it did not make stops it, and the files stay', async () => {
+    const { mounter, uid, volume } = setup();
+    fs.writeFileSync(path.join(volume, 'keep'), 'data');
+    mounter.points.push(volume); // e.g. a Bidirectional mount a privileged container made
+    const err = await rejection(removePodDir(root, uid, mounter));
+    expect(err.message).toBe(`will not remove ${podDir(root, uid)}: ${volume} is a mount point`);
+    expect(fs.readFileSync(path.join(volume, 'keep'), 'utf8')).toBe('data');
+    mounter.points.length = 0;
+    await removePodDir(root, uid, mounter);
+    expect(fs.existsSync(podDir(root, uid))).toBe(false);
+    await removePodDir(root, uid, mounter); // gone already: no error
+  });
+
+  it('removes links in the pod dir without following them, the pod dir itself included', async () => {
+    const { mounter, uid, volume, victim } = setup();
+    fs.symlinkSync(victim, path.join(volume, 'link'));
+    await removePodDir(root, uid, mounter);
+    expect(fs.readFileSync(path.join(victim, 'etc/secret'), 'utf8')).toBe('host secret');
+    fs.symlinkSync(victim, podDir(root, uid));
+    await removePodDir(root, uid, mounter);
+    expect(fs.existsSync(podDir(root, uid))).toBe(false);
+    expect(fs.readFileSync(path.join(victim, 'etc/secret'), 'utf8')).toBe('host secret');
+  });
+});
+
+describe('removePodLogDirs', () => {
+  it('removes <namespace>_<name>_<uid> of that UID only', async () => {
+    const logs = path.join(tmp, 'logs');
+    for (const d of ['default_web_uid-a', 'kube-system_dns.x_uid-a', 'default_web_uid-b', 'weird_uid-a', 'a_b_c_uid-a']) fs.mkdirSync(path.join(logs, d, 'main'), { recursive: true });
+    fs.writeFileSync(path.join(logs, 'default_web_uid-a/main/0.log'), 'log');
+    await removePodLogDirs(logs, 'uid-a', new FakeMounter());
+    expect(fs.readdirSync(logs).sort()).toEqual(['a_b_c_uid-a', 'default_web_uid-b', 'weird_uid-a']);
+    // A link named like a log directory is removed as a link: what it points to stays.
+    const victim = path.join(tmp, 'victim-logs');
+    fs.mkdirSync(victim);
+    fs.writeFileSync(path.join(victim, 'keep'), 'host');
+    fs.symlinkSync(victim, path.join(logs, 'default_web_uid-c'));
+    await removePodLogDirs(logs, 'uid-c', new FakeMounter());
+    expect(fs.readdirSync(victim)).toEqual(['keep']);
+    await removePodLogDirs(logs, '..', new FakeMounter());
+    await removePodLogDirs(path.join(tmp, 'no-logs'), 'uid-a', new FakeMounter());
+    expect(fs.readdirSync(logs).length).toBe(3);
+  });
+});
+
+describe('subPath parsing and the mount table', () => {
+  it.each([
+    ['a', ['a']],
+    ['a/b c/d', ['a', 'b c', 'd']],
+    ['..a/b..', ['..a', 'b..']],
+  ])('%s is %j', (s, parts) => expect(subPathComponents(s)).toEqual(parts));
+
+  it.each([
+    ['/etc', 'must be a relative path'],
+    ['a/../b', 'must not contain a ".." element'],
+    ['./a', 'must not contain a "." element'],
+    ['a//b', 'must not contain an empty path element'],
+    ['a/', 'must not contain an empty path element'],
+    ['a\0b', 'must not contain a NUL character'],
+  ])('%j is refused: %s', (s, why) => expect(() => subPathComponents(s.replace('\\0', '\0'))).toThrow(why));
+
+  it('reads mount points from mountinfo, decoding its octal escapes', () => {
+    const text = [
+      '22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw',
+      '41 22 254:0 /tmp/a /var/lib/kubelet/pods/u/volume-subpaths/v/c/0 rw - ext4 /dev/vda rw',
+      '42 22 0:5 / /mnt/with\\040space\\011tab rw - tmpfs tmpfs rw',
+      '',
+    ].join('\n');
+    expect(parseMountInfo(text)).toEqual(['/', '/var/lib/kubelet/pods/u/volume-subpaths/v/c/0', '/mnt/with space\ttab']);
   });
 });
