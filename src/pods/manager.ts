@@ -9,18 +9,19 @@
  * re-learned after a restart.
  */
 import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
-import { backoffDelay, realClock, type Clock } from '../clock.js';
+import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { HealthCheck } from '../health/checks.js';
-import { noEvents, podRef, type EventSink } from '../events.js';
+import { noEvents, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
-import { computePodActions, podTitle, type Waiting } from './plan.js';
+import { computePodActions, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
-import { runLifecycleHandler } from './hooks.js';
 import { ProbeManager } from './probes.js';
 import { computePodStatus } from './status.js';
+import { addProbeKills, collectGarbage, ensureSandbox, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
+import { nextBackoff, PodWorker, type Backoff } from './worker.js';
 
 export interface PodManagerOptions {
   runtime: PodRuntime;
@@ -45,62 +46,6 @@ class Mutex {
   }
 }
 
-/** Backoff of a pod's failing steps (a start, a sandbox, a removal): 1 s doubling to 60 s. */
-const START_ERROR_BACKOFF = { initialMs: 1_000, maxMs: 60_000 };
-
-/** A pod whose removal from the runtime failed: retried after `until`, warned once per message. */
-interface RemovalFailure {
-  message: string;
-  failures: number;
-  until: number;
-}
-/** How long the pod worker waits for a postStart hook (the kubelet's runtimeRequestTimeout). */
-const POST_START_TIMEOUT_S = 120;
-
-class PodWorker {
-  pod: Pod;
-  status: PodStatus | undefined;
-  observed: ObservedPod | undefined;
-  /** Reasons of failed starts, kept until the container starts or the backoff ends. */
-  readonly errors = new Map<string, Waiting & { until: number; failures: number }>();
-  /** The last sandbox creation failure, kept until its backoff ends. */
-  sandboxError: { message: string; until: number; failures: number } | undefined;
-  /** Per container: the restart count whose back-off was last reported as an event. */
-  readonly backoffReported = new Map<string, number>();
-  terminating = false;
-  #next: (() => Promise<void>) | undefined;
-  #running: Promise<void> | undefined;
-
-  constructor(pod: Pod) {
-    this.pod = pod;
-  }
-
-  /**
-   * Runs `fn` now, or after the current run. Requests made meanwhile coalesce into one run
-   * of the latest: a terminate asked for during a sync replaces the pending sync, never the
-   * other way round (the relist stops asking for syncs once a worker is terminating).
-   */
-  request(fn: () => Promise<void>): Promise<void> {
-    this.#next = fn;
-    if (this.#running) return this.#running;
-    this.#running = (async () => {
-      try {
-        for (let f = this.#next; f; f = this.#next) {
-          this.#next = undefined;
-          await f();
-        }
-      } finally {
-        this.#running = undefined;
-      }
-    })();
-    return this.#running;
-  }
-
-  idle(): Promise<void> {
-    return this.#running ?? Promise.resolve();
-  }
-}
-
 export class PodManager {
   readonly #o: Required<Omit<PodManagerOptions, 'hostIP'>> & { hostIP?: string };
   readonly #workers = new Map<string, PodWorker>();
@@ -111,7 +56,7 @@ export class PodManager {
   #lastError = '';
   #sourcesReady = false;
   /** Runtime pods whose removal failed, by UID: no new attempt before the backoff ends. */
-  readonly #removals = new Map<string, RemovalFailure>();
+  readonly #removals = new Map<string, Backoff>();
   readonly #probes: ProbeManager;
 
   constructor(o: PodManagerOptions) {
@@ -177,7 +122,7 @@ export class PodManager {
     const out: Pod[] = [];
     for (const [uid, pod] of this.#desired) {
       const w = this.#workers.get(uid);
-      out.push({ apiVersion: 'v1', kind: 'Pod', ...pod, status: w?.status ?? { phase: 'Pending' } });
+      out.push({ apiVersion: 'v1', kind: 'Pod', ...pod, status: w?.shownStatus() ?? { phase: 'Pending' } });
     }
     return out;
   }
@@ -254,11 +199,11 @@ export class PodManager {
       }
       const want = this.#desired.get(uid);
       if (want && !deleting(want)) continue;
-      w.terminating = true;
+      w.moveTo('syncing', 'terminating');
       // Deleted in the control plane: the deletion's own grace period, as the kubelet.
       const grace = want?.metadata?.deletionGracePeriodSeconds ?? gracePeriod(w.pod, this.#o.defaultGracePeriodSeconds);
       this.#log.info({ pod: podKey(w.pod), uid, gracePeriodSeconds: grace }, want ? 'pod is being deleted; stopping its containers' : 'pod removed; stopping its containers');
-      jobs.push(w.request(() => this.#terminate(uid, w.pod, grace)));
+      jobs.push(w.request(() => this.#terminate(w, grace)));
     }
     // A failure record outlives nothing: a runtime pod that went away by other means is forgotten.
     const present = new Set(all.map((o) => o.uid));
@@ -276,211 +221,100 @@ export class PodManager {
       // A removal that failed waits for its backoff: never a tight loop against a failing runtime.
       const failed = this.#removals.get(obs.uid);
       if (failed && now < failed.until) continue;
-      const w = new PodWorker(want ?? { metadata: { name: obs.name, namespace: obs.namespace, uid: obs.uid } });
-      w.terminating = true;
+      const w = new PodWorker(want ?? { metadata: { name: obs.name, namespace: obs.namespace, uid: obs.uid } }, 'terminating');
       this.#workers.set(obs.uid, w);
       if (!failed) this.#log.info({ pod: `${obs.namespace}/${obs.name}`, uid: obs.uid }, 'runtime pod has no desired pod; removing it');
       const grace = want?.metadata?.deletionGracePeriodSeconds ?? obs.gracePeriodSeconds ?? this.#o.defaultGracePeriodSeconds;
-      jobs.push(w.request(() => this.#terminate(obs.uid, w.pod, grace)));
+      jobs.push(w.request(() => this.#terminate(w, grace)));
     }
     return jobs;
   }
 
+  /** What the sync steps of one pod need: the runtime, events, clock, hooks' host, its log. */
+  #stepContext(pod: Pod, w: PodWorker | undefined): StepContext {
+    return {
+      runtime: this.#o.runtime,
+      events: this.#o.events,
+      clock: this.#o.clock,
+      log: this.#log.child({ pod: podKey(pod), uid: pod.metadata?.uid }),
+      pullGate: this.#o.serializeImagePulls ? (pull) => this.#pulls.run(pull) : (pull) => pull(),
+      // Where a hook's httpGet/tcpSocket connects when it names no host: the pod's IP.
+      hookHost: w?.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1',
+      gracePeriodSeconds: gracePeriod(pod, this.#o.defaultGracePeriodSeconds),
+    };
+  }
+
+  /** One sync of a wanted pod: the plan, then its steps in order, then the status. */
   async #sync(w: PodWorker): Promise<void> {
-    const rt = this.#o.runtime;
-    const pod = w.pod;
-    const uid = pod.metadata!.uid!;
-    const key = podKey(pod);
-    const log = this.#log.child({ pod: key, uid });
+    const ctx = this.#stepContext(w.pod, w);
+    const uid = w.pod.metadata!.uid!;
     try {
-      let observed = await rt.observePod(uid);
-      const now = this.#o.clock.now();
-      const actions = computePodActions(pod, observed, now);
-      const waiting: Record<string, Waiting> = { ...actions.waiting };
-      const ev = this.#o.events;
-      for (const [name, wt] of Object.entries(actions.waiting)) {
-        if (wt.reason !== 'CrashLoopBackOff') continue;
-        const restarts = Math.max(0, ...observed.containers.filter((c) => c.name === name).map((c) => c.restartCount));
-        if (w.backoffReported.get(name) === restarts) continue;
-        w.backoffReported.set(name, restarts);
-        ev.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${podTitle(pod)}`);
-      }
-
-      // A failed liveness or startup probe: the container is killed; restartPolicy decides the rest.
-      if (!actions.killPod) {
-        for (const c of observed.containers) {
-          const why = c.state === 'running' ? this.#probes.mustRestart(c.id) : undefined;
-          if (why && !actions.kill.some((k) => k.id === c.id)) actions.kill.push({ id: c.id, name: c.name, reason: why, event: why });
-        }
-      }
-      if (actions.killPod) for (const f of await this.#killAll(pod, observed, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log)) log.warn(f);
-      const readySandbox = observed.sandboxes.find((s) => s.ready);
-      let sandboxId = readySandbox?.id;
-      let sandboxAttempt = readySandbox?.attempt ?? 0;
-      if (actions.createSandbox) {
-        // A sandbox the runtime refuses (no CNI for a pod network, a missing pause image) is
-        // retried with the start-error backoff, not hammered on every relist.
-        const prev = w.sandboxError;
-        if (prev && now < prev.until) throw new NodeletError('UNAVAILABLE', prev.message, { reason: 'CreatePodSandboxError', quiet: true });
-        log.info({ attempt: actions.createSandbox.attempt }, 'creating pod sandbox');
-        try {
-          sandboxId = await rt.runSandbox(pod, actions.createSandbox.attempt);
-          sandboxAttempt = actions.createSandbox.attempt;
-          w.sandboxError = undefined;
-        } catch (err) {
-          const failures = (prev?.failures ?? 0) + 1;
-          w.sandboxError = { message: errorMessage(err), failures, until: now + backoffDelay(failures - 1, START_ERROR_BACKOFF.initialMs, START_ERROR_BACKOFF.maxMs) };
-          ev.emit(podRef(pod), 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${errorMessage(err)}`);
-          throw err;
-        }
-      }
-      for (const k of actions.kill) {
-        log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
-        ev.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', k.event ?? `Stopping container ${k.name}`);
-        await this.#stopContainer(pod, k.name, k.id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds), log);
-      }
-      for (const s of actions.start) {
-        const spec = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].find((c) => c.name === s.name)!;
-        const prevErr = w.errors.get(s.name);
-        if (prevErr && now < prevErr.until) {
-          waiting[s.name] = { reason: prevErr.reason, ...(prevErr.message ? { message: prevErr.message } : {}) };
-          continue;
-        }
-        const ref = podRef(pod, { name: s.name, init: s.init });
-        try {
-          const pullStart = this.#o.clock.now();
-          const pulled = await rt.ensureImage(pod, spec, this.#o.serializeImagePulls ? (pull) => this.#pulls.run(pull) : (pull) => pull());
-          ev.emit(
-            ref,
-            'Normal',
-            'Pulled',
-            pulled ? `Successfully pulled image "${spec.image}" in ${((this.#o.clock.now() - pullStart) / 1000).toFixed(3)}s` : `Container image "${spec.image}" already present on machine`,
-          );
-          const id = await rt.startContainer({ pod, container: spec, sandboxId: sandboxId!, sandboxAttempt, restartCount: s.restartCount, init: s.init });
-          w.errors.delete(s.name);
-          log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
-          ev.emit(ref, 'Normal', 'Created', `Created container: ${s.name}`);
-          ev.emit(ref, 'Normal', 'Started', `Started container ${s.name}`);
-          const postStart = spec.lifecycle?.postStart;
-          if (postStart) {
-            const out = await runLifecycleHandler(postStart, { containerId: id, container: spec, host: this.#hookHost(w) }, this.#exec, POST_START_TIMEOUT_S, this.#o.clock);
-            if (!out.ok) {
-              // As the kubelet: the container is killed and restarts per restartPolicy.
-              ev.emit(ref, 'Warning', 'FailedPostStartHook', out.output);
-              ev.emit(ref, 'Normal', 'Killing', `FailedPostStartHook`);
-              await rt.stopContainer(id, gracePeriod(pod, this.#o.defaultGracePeriodSeconds)).catch((e) => log.warn({ err: errorMessage(e) }, 'stop container'));
-              throw new NodeletError('INTERNAL', `PostStartHook failed: ${out.output}`, { reason: 'PostStartHookError' });
-            }
-          }
-        } catch (err) {
-          const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';
-          const failures = (prevErr?.failures ?? 0) + 1;
-          const delay = backoffDelay(failures - 1, START_ERROR_BACKOFF.initialMs, START_ERROR_BACKOFF.maxMs);
-          const message = errorMessage(err);
-          w.errors.set(s.name, { reason, message, until: now + delay, failures });
-          waiting[s.name] = { reason, message };
-          if (prevErr?.message !== message) log.warn({ container: s.name, reason }, `container ${s.name}: ${reason}: ${message}`);
-          ev.emit(ref, 'Warning', 'Failed', `Error: ${reason}: ${message}`);
-        }
-        if (s.init) break;
-      }
-      for (const id of actions.removeContainers) await rt.removeContainer(id).catch((e) => log.debug({ err: errorMessage(e) }, 'remove container'));
-      for (const id of actions.removeSandboxes) await rt.removeSandbox(id).catch((e) => log.debug({ err: errorMessage(e) }, 'remove sandbox'));
-
-      observed = await rt.observePod(uid);
-      w.observed = observed;
-      const running = observed.containers.filter((c) => c.state === 'running' && c.podSandboxId === sandboxId);
-      this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), w.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1');
-      const status = computePodStatus({
-        probes: this.#probes,
-        pod,
-        observed,
-        waiting,
-        runtimeName: rt.runtimeName(),
-        hostIP: this.#o.hostIP,
-        previous: w.status,
-        now: this.#o.clock.now(),
-      });
-      if (w.status?.phase !== status.phase) log.info({ phase: status.phase }, `pod is ${status.phase}`);
-      w.status = status;
+      const observed = await ctx.runtime.observePod(uid);
+      const now = ctx.clock.now();
+      const plan = computePodActions(w.pod, observed, now);
+      const waiting: Record<string, Waiting> = { ...plan.waiting };
+      reportBackOffs(ctx, w, plan, observed);
+      addProbeKills(plan, observed, (id) => this.#probes.mustRestart(id));
+      if (plan.killPod) for (const f of await killPod(ctx, w.pod, observed, ctx.gracePeriodSeconds)) ctx.log.warn(f);
+      const sandbox = await ensureSandbox(ctx, w, plan, observed, now);
+      await killContainers(ctx, w.pod, plan.kill);
+      await startContainers(ctx, w, plan.start, sandbox, waiting, now);
+      await collectGarbage(ctx, plan);
+      await this.#refreshStatus(ctx, w, sandbox.id, waiting);
     } catch (err) {
       const msg = errorMessage(err);
       const quiet = err instanceof NodeletError && err.details.quiet === true;
-      if (!quiet && w.status?.message !== msg) log.warn({ err: msg }, `pod sync failed: ${msg}`);
+      if (!quiet && w.status?.message !== msg) ctx.log.warn({ err: msg }, `pod sync failed: ${msg}`);
       w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
     }
   }
 
-  /**
-   * Stops a container: its preStop hook first, when it has one and a grace period, within
-   * that period; the runtime gets what is left of it (at least 2 s after a hook, as the
-   * kubelet's minimum shutdown window).
-   */
-  async #stopContainer(pod: Pod, name: string, id: string, grace: number, log: Logger): Promise<void> {
-    const spec = pod.spec?.containers?.find((c) => c.name === name) ?? pod.spec?.initContainers?.find((c) => c.name === name);
-    const preStop = spec?.lifecycle?.preStop;
-    let left = grace;
-    if (spec && preStop && grace > 0) {
-      const t0 = this.#o.clock.now();
-      const out = await runLifecycleHandler(preStop, { containerId: id, container: spec, host: this.#hookHost(this.#workers.get(pod.metadata?.uid ?? '')) }, this.#exec, grace, this.#o.clock);
-      if (!out.ok) {
-        log.warn({ container: name }, `preStop hook of ${name} failed: ${out.output}`);
-        this.#o.events.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'FailedPreStopHook', out.output);
-      }
-      left = Math.max(2, grace - Math.floor((this.#o.clock.now() - t0) / 1000));
-    }
-    await this.#o.runtime.stopContainer(id, left);
+  /** The last step of a sync: what runs now, the probes told, the pod's status computed. */
+  async #refreshStatus(ctx: StepContext, w: PodWorker, sandboxId: string | undefined, waiting: Record<string, Waiting>): Promise<void> {
+    const pod = w.pod;
+    const observed = await ctx.runtime.observePod(pod.metadata!.uid!);
+    w.observed = observed;
+    const running = observed.containers.filter((c) => c.state === 'running' && c.podSandboxId === sandboxId);
+    this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), w.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1');
+    const status = computePodStatus({
+      probes: this.#probes,
+      pod,
+      observed,
+      waiting,
+      runtimeName: ctx.runtime.runtimeName(),
+      hostIP: this.#o.hostIP,
+      previous: w.status,
+      now: ctx.clock.now(),
+    });
+    if (w.status?.phase !== status.phase) ctx.log.info({ phase: status.phase }, `pod is ${status.phase}`);
+    w.status = status;
   }
 
   readonly #exec = (id: string, cmd: string[], timeout: number) => this.#o.runtime.execSync(id, cmd, timeout);
 
-  /** Where a hook's httpGet/tcpSocket connects when it names no host: the pod's IP. */
-  #hookHost(w: PodWorker | undefined): string {
-    return w?.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1';
-  }
-
   /**
-   * Stops every container (in parallel, each with its grace period), then every sandbox.
-   * Every stop is tried; the failures are returned (not thrown), so the caller decides:
-   * a sync logs them, a removal fails with them and retries after its backoff.
+   * Removes a pod from the runtime (removePod); on success the worker is removed, on
+   * failure it is forgotten and the runtime pod is retried after the step backoff, with
+   * one warning per change of error (the attempts in between only count).
    */
-  async #killAll(pod: Pod, observed: ObservedPod, grace: number, log: Logger): Promise<string[]> {
-    const rt = this.#o.runtime;
-    const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
-    const failures: string[] = [];
-    // A runtime pod no source knows (no spec) has no object for events to be about.
-    if (pod.spec) for (const c of live) this.#o.events.emit(podRef(pod, containerOf(pod, c.name)), 'Normal', 'Killing', `Stopping container ${c.name}`);
-    await Promise.all(live.map((c) => this.#stopContainer(pod, c.name, c.id, grace, log).catch((e) => failures.push(`stop container ${c.name}: ${errorMessage(e)}`))));
-    for (const s of observed.sandboxes) await rt.stopSandbox(s.id).catch((e) => failures.push(`stop sandbox ${s.id}: ${errorMessage(e)}`));
-    return failures;
-  }
-
-  async #terminate(uid: string, pod: Pod, grace: number): Promise<void> {
-    const rt = this.#o.runtime;
-    const log = this.#log.child({ pod: podKey(pod), uid });
+  async #terminate(w: PodWorker, grace: number): Promise<void> {
+    const uid = w.pod.metadata!.uid!;
+    const ctx = this.#stepContext(w.pod, w);
     try {
       this.#probes.remove(uid);
-      const observed = await rt.observePod(uid);
-      const stopFailures = await this.#killAll(pod, observed, grace, log);
-      // A sandbox the runtime could not stop cannot be removed: fail now, with the reason.
-      if (stopFailures.length) throw new NodeletError('UNAVAILABLE', stopFailures.join('; '));
-      for (const c of observed.containers) await rt.removeContainer(c.id);
-      for (const s of observed.sandboxes) await rt.removeSandbox(s.id);
-      await rt.cleanupPod(uid).catch((e) => log.warn({ err: errorMessage(e) }, `cannot remove the pod's volumes: ${errorMessage(e)}`));
+      await removePod(ctx, w.pod, uid, grace);
+      w.moveTo('terminating', 'removed');
       this.#workers.delete(uid);
       const failed = this.#removals.get(uid);
       this.#removals.delete(uid);
-      log.info(failed ? { failedAttempts: failed.failures } : {}, failed ? `pod removed from the runtime after ${failed.failures} failed attempts` : 'pod removed from the runtime');
+      ctx.log.info(failed ? { failedAttempts: failed.failures } : {}, failed ? `pod removed from the runtime after ${failed.failures} failed attempts` : 'pod removed from the runtime');
     } catch (err) {
-      // Forget the worker: a relist after the backoff finds the runtime pod again and retries.
-      // One warning per change of error; the attempts in between only count.
       const message = errorMessage(err);
       const prev = this.#removals.get(uid);
-      const failures = (prev?.failures ?? 0) + 1;
-      const delay = backoffDelay(failures - 1, START_ERROR_BACKOFF.initialMs, START_ERROR_BACKOFF.maxMs);
-      this.#removals.set(uid, { message, failures, until: this.#o.clock.now() + delay });
-      if (prev?.message !== message) log.warn({ err: message, failures }, `removing pod failed, will retry with backoff: ${message}`);
-      else log.debug({ err: message, failures, retryInMs: delay }, 'removing pod failed again');
+      const next = nextBackoff(prev, 'RemovePodError', message, ctx.clock.now());
+      this.#removals.set(uid, next);
+      if (prev?.message !== message) ctx.log.warn({ err: message, failures: next.failures }, `removing pod failed, will retry with backoff: ${message}`);
+      else ctx.log.debug({ err: message, failures: next.failures, retryAt: next.until }, 'removing pod failed again');
       this.#workers.delete(uid);
     }
   }
@@ -509,10 +343,6 @@ export class PodManager {
 
 export function podKey(pod: Pod): string {
   return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
-}
-
-function containerOf(pod: Pod, name: string): { name: string; init: boolean } {
-  return { name, init: !!pod.spec?.initContainers?.some((c) => c.name === name) };
 }
 
 /** The control plane asked for the pod's deletion (metadata.deletionTimestamp set). */

@@ -1,0 +1,220 @@
+/**
+ * The steps of a pod sync and of a pod's removal, each small and testable alone. The pod
+ * manager dispatches them in order (manager.ts `#sync`, `#terminate`); the plan they
+ * carry out is decided by the pure `computePodActions` (plan.ts).
+ *
+ * Steps do IO through the context (runtime, events, clock, hooks) and keep the worker's
+ * own state (backoffs) on the worker. A step that cannot go on throws; one that only
+ * records a failure (a container that will not start) returns and lets the next step run.
+ */
+import type { Container, LifecycleHandler, Pod } from 'kubernetes-types/core/v1.js';
+import type { Clock } from '../clock.js';
+import { errorMessage, NodeletError } from '../errors.js';
+import { podRef, type EventSink } from '../events.js';
+import type { Logger } from '../log.js';
+import { runLifecycleHandler } from './hooks.js';
+import type { ObservedPod } from './observed.js';
+import { podTitle, type PodActions, type StartContainer, type Waiting } from './plan.js';
+import type { PodRuntime } from './runtime-port.js';
+import { nextBackoff, type PodWorker } from './worker.js';
+
+/** How long the pod worker waits for a postStart hook (the kubelet's runtimeRequestTimeout). */
+export const POST_START_TIMEOUT_S = 120;
+
+export interface StepContext {
+  runtime: PodRuntime;
+  events: EventSink;
+  clock: Clock;
+  log: Logger;
+  /** Runs an image pull (serialized when serializeImagePulls). */
+  pullGate: <T>(pull: () => Promise<T>) => Promise<T>;
+  /** Where a hook's httpGet/tcpSocket connects when it names no host (the pod's IP). */
+  hookHost: string;
+  /** The pod's termination grace period, for stops during a sync. */
+  gracePeriodSeconds: number;
+}
+
+/** Where the pod's containers run after the sandbox step. */
+export interface SandboxInfo {
+  id: string | undefined;
+  attempt: number;
+}
+
+export function containerOf(pod: Pod, name: string): { name: string; init: boolean } {
+  return { name, init: !!pod.spec?.initContainers?.some((c) => c.name === name) };
+}
+
+function specOf(pod: Pod, name: string): Container | undefined {
+  return pod.spec?.containers?.find((c) => c.name === name) ?? pod.spec?.initContainers?.find((c) => c.name === name);
+}
+
+const exec = (rt: PodRuntime) => (id: string, cmd: string[], timeout: number) => rt.execSync(id, cmd, timeout);
+
+/** A BackOff event once per crash (per restart count) of each container in CrashLoopBackOff. */
+export function reportBackOffs(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod): void {
+  for (const [name, wt] of Object.entries(plan.waiting)) {
+    if (wt.reason !== 'CrashLoopBackOff') continue;
+    const restarts = Math.max(0, ...observed.containers.filter((c) => c.name === name).map((c) => c.restartCount));
+    if (w.backoffReported.get(name) === restarts) continue;
+    w.backoffReported.set(name, restarts);
+    ctx.events.emit(podRef(w.pod, containerOf(w.pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${podTitle(w.pod)}`);
+  }
+}
+
+/** A failed liveness or startup probe: the container joins the plan's kills; restartPolicy decides the rest. */
+export function addProbeKills(plan: PodActions, observed: ObservedPod, mustRestart: (containerId: string) => string | undefined): void {
+  if (plan.killPod) return;
+  for (const c of observed.containers) {
+    const why = c.state === 'running' ? mustRestart(c.id) : undefined;
+    if (why && !plan.kill.some((k) => k.id === c.id)) plan.kill.push({ id: c.id, name: c.name, reason: why, event: why });
+  }
+}
+
+/**
+ * Stops a container: its preStop hook first, when it has one and a grace period, within
+ * that period; the runtime gets what is left of it (at least 2 s after a hook, as the
+ * kubelet's minimum shutdown window).
+ */
+export async function stopContainer(ctx: StepContext, pod: Pod, name: string, id: string, grace: number): Promise<void> {
+  const spec = specOf(pod, name);
+  const preStop = spec?.lifecycle?.preStop;
+  let left = grace;
+  if (spec && preStop && grace > 0) {
+    const t0 = ctx.clock.now();
+    const out = await runLifecycleHandler(preStop, { containerId: id, container: spec, host: ctx.hookHost }, exec(ctx.runtime), grace, ctx.clock);
+    if (!out.ok) {
+      ctx.log.warn({ container: name }, `preStop hook of ${name} failed: ${out.output}`);
+      ctx.events.emit(podRef(pod, containerOf(pod, name)), 'Warning', 'FailedPreStopHook', out.output);
+    }
+    left = Math.max(2, grace - Math.floor((ctx.clock.now() - t0) / 1000));
+  }
+  await ctx.runtime.stopContainer(id, left);
+}
+
+/**
+ * Stops every container (in parallel, each with its grace period), then every sandbox.
+ * Every stop is tried; the failures are returned (not thrown), so the caller decides:
+ * a sync logs them, a removal fails with them and retries after its backoff.
+ */
+export async function killPod(ctx: StepContext, pod: Pod, observed: ObservedPod, grace: number): Promise<string[]> {
+  const live = observed.containers.filter((c) => c.state === 'running' || c.state === 'created');
+  const failures: string[] = [];
+  // A runtime pod no source knows (no spec) has no object for events to be about.
+  if (pod.spec) for (const c of live) ctx.events.emit(podRef(pod, containerOf(pod, c.name)), 'Normal', 'Killing', `Stopping container ${c.name}`);
+  await Promise.all(live.map((c) => stopContainer(ctx, pod, c.name, c.id, grace).catch((e) => failures.push(`stop container ${c.name}: ${errorMessage(e)}`))));
+  for (const s of observed.sandboxes) await ctx.runtime.stopSandbox(s.id).catch((e) => failures.push(`stop sandbox ${s.id}: ${errorMessage(e)}`));
+  return failures;
+}
+
+/**
+ * The sandbox the containers go into: the ready one, or a new one when the plan asks. A
+ * sandbox the runtime refuses (no CNI for a pod network, a missing pause image) is retried
+ * with the step backoff, not hammered on every relist: until it ends this throws quietly.
+ */
+export async function ensureSandbox(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod, now: number): Promise<SandboxInfo> {
+  const ready = observed.sandboxes.find((s) => s.ready);
+  if (!plan.createSandbox) return { id: ready?.id, attempt: ready?.attempt ?? 0 };
+  const prev = w.sandboxBackoff;
+  if (prev && now < prev.until) throw new NodeletError('UNAVAILABLE', prev.message, { reason: prev.reason, quiet: true });
+  ctx.log.info({ attempt: plan.createSandbox.attempt }, 'creating pod sandbox');
+  try {
+    const id = await ctx.runtime.runSandbox(w.pod, plan.createSandbox.attempt);
+    w.sandboxBackoff = undefined;
+    return { id, attempt: plan.createSandbox.attempt };
+  } catch (err) {
+    w.sandboxBackoff = nextBackoff(prev, 'CreatePodSandboxError', errorMessage(err), now);
+    ctx.events.emit(podRef(w.pod), 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${errorMessage(err)}`);
+    throw err;
+  }
+}
+
+/** Stops the containers the plan kills (spec changed, not in the spec, a failed probe). */
+export async function killContainers(ctx: StepContext, pod: Pod, kills: PodActions['kill']): Promise<void> {
+  for (const k of kills) {
+    ctx.log.info({ containerId: k.id, container: k.name }, `stopping container: ${k.reason}`);
+    ctx.events.emit(podRef(pod, containerOf(pod, k.name)), 'Normal', 'Killing', k.event ?? `Stopping container ${k.name}`);
+    await stopContainer(ctx, pod, k.name, k.id, ctx.gracePeriodSeconds);
+  }
+}
+
+/**
+ * Pulls, creates and starts one container, then runs its postStart hook (the worker waits
+ * for it; a failure kills the container, which then restarts per restartPolicy). Throws
+ * with the waiting reason in `details.reason`.
+ */
+async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartContainer, sandbox: SandboxInfo): Promise<void> {
+  const ref = podRef(pod, { name: s.name, init: s.init });
+  const pullStart = ctx.clock.now();
+  const pulled = await ctx.runtime.ensureImage(pod, spec, ctx.pullGate);
+  ctx.events.emit(
+    ref,
+    'Normal',
+    'Pulled',
+    pulled ? `Successfully pulled image "${spec.image}" in ${((ctx.clock.now() - pullStart) / 1000).toFixed(3)}s` : `Container image "${spec.image}" already present on machine`,
+  );
+  const id = await ctx.runtime.startContainer({ pod, container: spec, sandboxId: sandbox.id!, sandboxAttempt: sandbox.attempt, restartCount: s.restartCount, init: s.init });
+  ctx.log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
+  ctx.events.emit(ref, 'Normal', 'Created', `Created container: ${s.name}`);
+  ctx.events.emit(ref, 'Normal', 'Started', `Started container ${s.name}`);
+  const postStart: LifecycleHandler | undefined = spec.lifecycle?.postStart;
+  if (!postStart) return;
+  const out = await runLifecycleHandler(postStart, { containerId: id, container: spec, host: ctx.hookHost }, exec(ctx.runtime), POST_START_TIMEOUT_S, ctx.clock);
+  if (out.ok) return;
+  // As the kubelet: the container is killed and restarts per restartPolicy.
+  ctx.events.emit(ref, 'Warning', 'FailedPostStartHook', out.output);
+  ctx.events.emit(ref, 'Normal', 'Killing', `FailedPostStartHook`);
+  await ctx.runtime.stopContainer(id, ctx.gracePeriodSeconds).catch((e) => ctx.log.warn({ err: errorMessage(e) }, 'stop container'));
+  throw new NodeletError('INTERNAL', `PostStartHook failed: ${out.output}`, { reason: 'PostStartHookError' });
+}
+
+/**
+ * Starts what the plan starts, in order (an init container alone). A container whose last
+ * start failed waits for its backoff and shows the failure's reason meanwhile; a new
+ * failure is recorded with the next backoff, warned once per message, and sent as a
+ * Failed event. Fills `waiting` with what did not start.
+ */
+export async function startContainers(ctx: StepContext, w: PodWorker, starts: StartContainer[], sandbox: SandboxInfo, waiting: Record<string, Waiting>, now: number): Promise<void> {
+  const pod = w.pod;
+  for (const s of starts) {
+    const spec = specOf(pod, s.name)!;
+    const prev = w.startBackoff.get(s.name);
+    if (prev && now < prev.until) {
+      waiting[s.name] = { reason: prev.reason, ...(prev.message ? { message: prev.message } : {}) };
+      continue;
+    }
+    try {
+      await startOne(ctx, pod, spec, s, sandbox);
+      w.startBackoff.delete(s.name);
+    } catch (err) {
+      const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';
+      const message = errorMessage(err);
+      w.startBackoff.set(s.name, nextBackoff(prev, reason, message, now));
+      waiting[s.name] = { reason, message };
+      if (prev?.message !== message) ctx.log.warn({ container: s.name, reason }, `container ${s.name}: ${reason}: ${message}`);
+      ctx.events.emit(podRef(pod, { name: s.name, init: s.init }), 'Warning', 'Failed', `Error: ${reason}: ${message}`);
+    }
+    if (s.init) break;
+  }
+}
+
+/** Removes the dead containers and idle sandboxes the plan no longer needs (best effort). */
+export async function collectGarbage(ctx: StepContext, plan: PodActions): Promise<void> {
+  for (const id of plan.removeContainers) await ctx.runtime.removeContainer(id).catch((e) => ctx.log.debug({ err: errorMessage(e) }, 'remove container'));
+  for (const id of plan.removeSandboxes) await ctx.runtime.removeSandbox(id).catch((e) => ctx.log.debug({ err: errorMessage(e) }, 'remove sandbox'));
+}
+
+/**
+ * Removes the pod from the runtime: stops everything (the grace period, preStop hooks),
+ * then removes containers and sandboxes, then what the pod left on the node. Throws when
+ * a stop or a removal fails (the caller retries with its backoff); the node-side cleanup
+ * is best effort, logged.
+ */
+export async function removePod(ctx: StepContext, pod: Pod, uid: string, grace: number): Promise<void> {
+  const observed = await ctx.runtime.observePod(uid);
+  const stopFailures = await killPod(ctx, pod, observed, grace);
+  // A sandbox the runtime could not stop cannot be removed: fail now, with the reason.
+  if (stopFailures.length) throw new NodeletError('UNAVAILABLE', stopFailures.join('; '));
+  for (const c of observed.containers) await ctx.runtime.removeContainer(c.id);
+  for (const s of observed.sandboxes) await ctx.runtime.removeSandbox(s.id);
+  await ctx.runtime.cleanupPod(uid).catch((e) => ctx.log.warn({ err: errorMessage(e) }, `cannot remove the pod's directories: ${errorMessage(e)}`));
+}

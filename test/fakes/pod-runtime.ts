@@ -1,0 +1,115 @@
+/**
+ * An in-memory PodRuntime (the port the pod workers use; src/pods/runtime-port.ts) with
+ * the same contract as the CRI adapter: sandboxes and containers keyed by ID, the kubelet's
+ * restart counts and hashes, stops that make running containers exit 137. Records every
+ * call in `calls`; tests inject failures (`failStart`, `failSandbox`, `failStopSandbox`),
+ * hold pulls open (`pulls`) and end containers (`exit`). The CRI contract suite
+ * (test/integration/runtime/contract.test.ts) holds the real adapter to the same behaviour.
+ */
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import type { Clock } from '../../src/clock.js';
+import { NodeletError } from '../../src/errors.js';
+import type { ObservedContainer, ObservedPod, ObservedSandbox } from '../../src/pods/observed.js';
+import { containerHash } from '../../src/pods/plan.js';
+import type { PodRuntime, StartSpec } from '../../src/pods/runtime-port.js';
+
+export class MemRuntime implements PodRuntime {
+  sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string }>();
+  containers = new Map<string, ObservedContainer & { uid: string }>();
+  calls: string[] = [];
+  failStart = new Map<string, NodeletError>();
+  n = 0;
+  constructor(private clock: Clock) {}
+  async listPods(): Promise<ObservedPod[]> {
+    const uids = new Set([...this.sandboxes.values()].map((s) => s.uid));
+    return Promise.all([...uids].map((u) => this.observePod(u)));
+  }
+  async observePod(uid: string): Promise<ObservedPod> {
+    const sbs = [...this.sandboxes.values()].filter((s) => s.uid === uid);
+    return {
+      uid,
+      name: sbs[0]?.name ?? '',
+      namespace: sbs[0]?.namespace ?? '',
+      sandboxes: sbs.map(({ id, attempt, ready, createdAt }) => ({ id, attempt, ready, createdAt })),
+      containers: [...this.containers.values()].filter((c) => c.uid === uid).map(({ uid: _u, ...c }) => c),
+    };
+  }
+  failSandbox: NodeletError | undefined;
+  async runSandbox(pod: Pod, attempt: number) {
+    const id = `s${++this.n}`;
+    this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
+    if (this.failSandbox) throw this.failSandbox;
+    this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace! });
+    return id;
+  }
+  /** When set, StopPodSandbox fails with it (a runtime that cannot stop a sandbox). */
+  failStopSandbox: NodeletError | undefined;
+  async stopSandbox(id: string) {
+    this.calls.push(`stopSandbox ${id}`);
+    if (this.failStopSandbox) throw this.failStopSandbox;
+    const s = this.sandboxes.get(id);
+    if (s) s.ready = false;
+    for (const c of this.containers.values()) if (c.podSandboxId === id && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
+  }
+  async removeSandbox(id: string) {
+    this.calls.push(`removeSandbox ${id}`);
+    this.sandboxes.delete(id);
+  }
+  present = new Set<string>(['busybox']);
+  pulls: { image: string; release: () => void }[] = [];
+  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>) {
+    if (this.present.has(c.image!)) return false;
+    await gate(
+      () =>
+        new Promise<void>((resolve) =>
+          this.pulls.push({
+            image: c.image!,
+            release: () => {
+              this.present.add(c.image!);
+              resolve();
+            },
+          }),
+        ),
+    );
+    return true;
+  }
+  async startContainer(s: StartSpec) {
+    const err = this.failStart.get(s.container.name);
+    if (err) throw err;
+    const id = `c${++this.n}`;
+    this.calls.push(`startContainer ${s.container.name} ${s.restartCount}`);
+    this.containers.set(id, {
+      id, name: s.container.name, podSandboxId: s.sandboxId, attempt: s.restartCount, state: 'running', restartCount: s.restartCount,
+      hash: containerHash(s.container), image: s.container.image!, imageRef: 'sha256:x', createdAt: this.clock.now(), startedAt: this.clock.now(), uid: s.pod.metadata!.uid!,
+    });
+    return id;
+  }
+  graces: number[] = [];
+  async stopContainer(id: string, grace: number) {
+    this.calls.push(`stopContainer ${id}`);
+    this.graces.push(grace);
+    const c = this.containers.get(id);
+    if (c && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
+  }
+  async removeContainer(id: string) {
+    this.calls.push(`removeContainer ${id}`);
+    this.containers.delete(id);
+  }
+  /** Exit code of ExecSync per container name (default 0). */
+  execExit = new Map<string, number>();
+  async execSync(id: string, cmd: string[]) {
+    const c = this.containers.get(id);
+    this.calls.push(`exec ${c?.name} ${cmd.join(' ')}`);
+    if (!c || c.state !== 'running') throw new NodeletError('INTERNAL', `container ${id} is not running`);
+    return { exitCode: this.execExit.get(c.name) ?? 0, stdout: Buffer.from(''), stderr: Buffer.from('') };
+  }
+  async cleanupPod(uid: string) {
+    this.calls.push(`cleanupPod ${uid}`);
+  }
+  runtimeName() {
+    return 'containerd';
+  }
+  exit(name: string, exitCode: number) {
+    for (const c of this.containers.values()) if (c.name === name && c.state === 'running') Object.assign(c, { state: 'exited', exitCode, finishedAt: this.clock.now() });
+  }
+}
