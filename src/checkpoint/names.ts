@@ -8,7 +8,10 @@
  * `checkpoint-<pod full name>-<container>-<time.RFC3339>.tar`. The kubelet formats local
  * time; nodelet formats UTC (`2026-11-22T23:40:05Z`), also RFC 3339, so names sort by
  * time whatever the host's zone. Two archives of the same container in the same second
- * would collide: the later one gets `-1`, `-2`, ... after the timestamp.
+ * would collide: the later one gets `-1`, `-2`, ... after the timestamp. Within a second
+ * the suffix only grows (nextArchiveSeq), even when retention has deleted the earlier
+ * archives of that second: a reused lower suffix would rank older than the survivors and
+ * be the first thing retention removes.
  *
  * The format is ambiguous where both the namespace and the container name contain `-`
  * (`p_a-b-c`: namespace `a`, container `b-c`, or namespace `a-b`, container `c`):
@@ -91,14 +94,42 @@ export function archiveName(pod: string, namespace: string, container: string, m
 }
 
 /**
- * The first name not `taken` for this container at `ms`: the plain name, then `-1`, `-2`...
- * Pure: the caller's `taken` knows the directory and the names reserved in flight.
+ * The first name not `taken` for this container at `ms`, from suffix `fromSeq` up (0: the
+ * plain name, then `-1`, `-2`...). Pure: the caller's `taken` knows the directory and the
+ * names reserved in flight; nextArchiveSeq gives `fromSeq`.
  */
-export function chooseArchiveName(pod: string, namespace: string, container: string, ms: number, taken: (name: string) => boolean): string {
-  for (let seq = 0; ; seq++) {
+export function chooseArchiveName(pod: string, namespace: string, container: string, ms: number, taken: (name: string) => boolean, fromSeq = 0): string {
+  for (let seq = fromSeq; ; seq++) {
     const name = archiveName(pod, namespace, container, ms, seq);
     if (!taken(name)) return name;
   }
+}
+
+/** The second a time falls in: archives of one container in one second share a timestamp. */
+export function archiveSecond(ms: number): number {
+  return Math.floor(ms / 1000);
+}
+
+/** The last suffix this process issued for a container, and the second it was for. */
+export interface IssuedSeq {
+  second: number;
+  seq: number;
+}
+
+/**
+ * The lowest suffix a new archive of (pod, namespace, container) at `ms` may take: one above
+ * every suffix of that second among `existing` (the directory's names) and above `last`
+ * (what this process issued, which retention may have deleted since). 0 when neither has
+ * that second.
+ */
+export function nextArchiveSeq(existing: Iterable<string>, pod: string, namespace: string, container: string, ms: number, last?: IssuedSeq): number {
+  const second = archiveSecond(ms);
+  let next = last && last.second === second ? last.seq + 1 : 0;
+  for (const n of existing) {
+    const p = parseArchiveName(n);
+    if (p && archiveSecond(p.time) === second && p.seq >= next && archiveBelongsTo(p, pod, namespace, container)) next = p.seq + 1;
+  }
+  return next;
 }
 
 export interface ParsedArchiveName {
@@ -144,6 +175,16 @@ export function compareNewestFirst(a: { time: number; seq: number }, b: { time: 
 export function archivesBeyondRetention<T extends { time: number; seq: number }>(archives: readonly T[], keep: number): T[] {
   if (!(keep > 0)) return [];
   return [...archives].sort(compareNewestFirst).slice(keep);
+}
+
+/**
+ * Retention right after `written` was made: the archives to remove so that `written` and
+ * the newest `keep - 1` others of the container remain. `written` is never among them,
+ * whatever its name ranks (a clock set back gives an older timestamp). `keep` <= 0: none.
+ */
+export function archivesBeyondRetentionAfter<T extends { name: string; time: number; seq: number }>(archives: readonly T[], keep: number, written: string): T[] {
+  if (!(keep > 0)) return [];
+  return archives.filter((a) => a.name !== written).sort(compareNewestFirst).slice(keep - 1);
 }
 
 /** Whether `parsed` is an archive of (pod, namespace, container) under at least one reading. */

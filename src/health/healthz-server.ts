@@ -2,45 +2,72 @@
  * Plain-HTTP /healthz on healthzBindAddress:healthzPort (the kubelet's 127.0.0.1:10248).
  * `200 ok` while every check passes; `500` listing the failing checks otherwise;
  * `?verbose` lists every check. Nothing else is served here.
+ *
+ * Any local process can reach this port without credentials, so no request may end or
+ * wedge it: the target is parsed defensively (400 with the reason), malformed requests get
+ * 400/431 (http-hardening.ts), and a handler that fails answers 500 instead of rejecting.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { errorMessage } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import { answerClientError, serverLimits } from '../server/http-hardening.js';
+import { parseRequestTarget, type RequestTarget } from '../server/request-target.js';
 import { renderHealthz, type HealthRegistry } from './checks.js';
+
+const TEXT = { 'content-type': 'text/plain; charset=utf-8', 'x-content-type-options': 'nosniff' };
 
 export class HealthzServer {
   readonly #server: http.Server;
+  readonly #log: Logger;
 
   constructor(
-    private readonly opts: { host: string; port: number; health: HealthRegistry },
+    private readonly opts: { host: string; port: number; health: HealthRegistry; logger?: Logger },
   ) {
-    this.#server = http.createServer((req, res) => void this.#handle(req, res));
-    this.#server.keepAliveTimeout = 5_000;
+    this.#log = (opts.logger ?? silentLogger()).child({ component: 'healthz-server' });
+    const limits = serverLimits();
+    this.#server = http.createServer(limits, (req, res) => {
+      req.resume();
+      this.#handle(req, res).catch((err: unknown) => {
+        this.#log.warn({ err: errorMessage(err), url: req.url?.slice(0, 200) }, 'healthz request failed');
+        if (!res.headersSent) res.writeHead(500, TEXT).end('internal error\n');
+        else res.destroy();
+      });
+    });
+    this.#server.on('clientError', answerClientError(this.#log, limits.maxHeaderSize));
   }
 
   async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://localhost');
-    if (url.pathname !== '/healthz' && !url.pathname.startsWith('/healthz/')) {
-      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('404 page not found\n');
+    let target: RequestTarget;
+    try {
+      target = parseRequestTarget(req.url);
+    } catch (err) {
+      res.writeHead(400, TEXT).end(`400 bad request: ${errorMessage(err)}\n`);
+      return;
+    }
+    const { segments, query } = target;
+    if (segments[0] !== 'healthz' || segments.length > 2) {
+      res.writeHead(404, TEXT).end('404 page not found\n');
       return;
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { 'content-type': 'text/plain; charset=utf-8', allow: 'GET, HEAD' }).end('method not allowed\n');
+      res.writeHead(405, { ...TEXT, allow: 'GET, HEAD' }).end('method not allowed\n');
       return;
     }
     const report = await this.opts.health.run();
     // /healthz/<name> asks for one check, as the Kubernetes healthz mux does.
-    const one = url.pathname.slice('/healthz/'.length);
+    const one = segments[1] ? decodeURIComponent(segments[1]) : '';
     if (one) {
       const r = report.results.find((x) => x.name === one);
       if (!r) {
-        res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(`check ${one} not found\n`);
+        res.writeHead(404, TEXT).end(`check ${one} not found\n`);
         return;
       }
-      res.writeHead(r.ok ? 200 : 500, { 'content-type': 'text/plain; charset=utf-8' }).end(r.ok ? 'ok' : `[-]${r.name} failed: ${r.reason}\n`);
+      res.writeHead(r.ok ? 200 : 500, TEXT).end(r.ok ? 'ok' : `[-]${r.name} failed: ${r.reason}\n`);
       return;
     }
-    const { status, body } = renderHealthz(report, url.searchParams.has('verbose'));
-    res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'x-content-type-options': 'nosniff' }).end(req.method === 'HEAD' ? undefined : body);
+    const { status, body } = renderHealthz(report, query.has('verbose'));
+    res.writeHead(status, TEXT).end(req.method === 'HEAD' ? undefined : body);
   }
 
   /** Listens; resolves with the bound address (port 0 picks a free one). */
@@ -49,6 +76,8 @@ export class HealthzServer {
       this.#server.once('error', reject);
       this.#server.listen(this.opts.port, this.opts.host, () => {
         this.#server.off('error', reject);
+        // After listening, an error (EMFILE on accept under a connection flood) is logged, never fatal.
+        this.#server.on('error', (err) => this.#log.warn({ err: err.message }, 'healthz server error'));
         resolve(this.#server.address() as AddressInfo);
       });
     });

@@ -16,13 +16,17 @@
  * 6. a name that exists neither on disk nor in flight (same second: `-1`, `-2`...), so
  *    the runtime is always told a path that does not exist yet and no archive is ever
  *    overwritten whether the runtime truncates, renames over, or refuses existing files.
+ *    Within a second the suffix only grows, above both what the directory holds and what
+ *    this process last issued for the container (retention may have deleted that), so each
+ *    answer names a distinct path and the new archive always ranks newest of its second.
  *    One nodelet per root dir is guaranteed by the lock file, so the in-process
  *    reservation is enough;
  * 7. CRI CheckpointContainer with the timeout; the call's deadline is timeout + margin
  *    when a timeout is given, else runtimeRequestTimeout;
  * 8. the archive verified (regular file, readable tar header) and made 0600; only then
  *    200 `{"items":["<path>"]}`. A failure removes what the runtime may have left there.
- * 9. retention (optional, keep the newest N of this container) after a success.
+ * 9. retention (optional, keep the newest N of this container) after a success: the new
+ *    archive and the newest N-1 others stay; the archive being answered is never removed.
  *
  * Runtime failures: every error from the runtime during a checkpoint becomes INTERNAL (500)
  * here, in `runtimeFailure`, with the kubelet's wording `checkpointing of ns/pod/container
@@ -38,7 +42,7 @@ import type { Clock } from '../clock.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { RuntimeService } from '../runtime/types.js';
 import { ArchiveLister, verifyArchive, type ArchiveInfo } from '../checkpoint/archive.js';
-import { archiveBelongsTo, archivesBeyondRetention, chooseArchiveName, parseArchiveName, parseTimeoutParam, validateSegment } from '../checkpoint/names.js';
+import { archiveBelongsTo, archiveSecond, archivesBeyondRetentionAfter, chooseArchiveName, nextArchiveSeq, parseArchiveName, parseTimeoutParam, validateSegment, type IssuedSeq } from '../checkpoint/names.js';
 
 /** The node's pods as the server sees them (static now, API pods later). The daemon wires the pod store in. */
 export interface PodLookup {
@@ -119,6 +123,8 @@ export class CheckpointService {
   readonly #inFlight = new Set<string>();
   /** Per-container tail of the queue of checkpoints. */
   readonly #locks = new Map<string, Promise<void>>();
+  /** Per container (pod UID/name + container), the last suffix issued; only this second's entries are kept. */
+  readonly #issued = new Map<string, IssuedSeq>();
 
   constructor(o: CheckpointServiceOptions) {
     this.#o = o;
@@ -141,7 +147,7 @@ export class CheckpointService {
     }
     const uid = pod.metadata?.uid ?? '';
     const key = `${uid || `${namespace}/${podName}`}/${containerName}`;
-    return this.#serialized(key, () => this.#run(namespace, podName, containerName, uid, timeoutSec, req.user));
+    return this.#serialized(key, () => this.#run(key, namespace, podName, containerName, uid, timeoutSec, req.user));
   }
 
   /** `GET /checkpoints`: archives newest first, without those being written right now. */
@@ -170,7 +176,7 @@ export class CheckpointService {
     }
   }
 
-  async #run(ns: string, podName: string, containerName: string, uid: string, timeoutSec: number, user: string | undefined): Promise<{ items: string[] }> {
+  async #run(key: string, ns: string, podName: string, containerName: string, uid: string, timeoutSec: number, user: string | undefined): Promise<{ items: string[] }> {
     const started = this.#o.clock.now();
     let containerId: string | undefined;
     try {
@@ -184,9 +190,8 @@ export class CheckpointService {
     if (!containerId) throw runtimeFailure(ns, podName, containerName, `container "${containerName}" of pod "${ns}/${podName}" is not running`);
 
     await this.#ensureDir();
-    const name = chooseArchiveName(podName, ns, containerName, this.#o.clock.now(), (n) => this.#inFlight.has(n) || existsNoFollow(path.join(this.dir, n)));
+    const { name, issued } = await this.#reserveName(key, podName, ns, containerName);
     const location = path.join(this.dir, name);
-    this.#inFlight.add(name);
     try {
       try {
         await this.#o.runtime.checkpointContainer(
@@ -205,9 +210,29 @@ export class CheckpointService {
     } finally {
       this.#inFlight.delete(name);
     }
+    // Only an archive that exists counts: a failed one's name was removed and may be used again.
+    this.#issued.set(key, issued);
     this.#log.info({ namespace: ns, pod: podName, container: containerName, containerId, user, archive: location, ms: this.#o.clock.now() - started }, 'checkpoint written');
-    await this.#applyRetention(podName, ns, containerName);
+    await this.#applyRetention(podName, ns, containerName, name);
     return { items: [location] };
+  }
+
+  /** Picks the archive name (see step 6 of the file comment) and marks it in flight. */
+  async #reserveName(key: string, podName: string, ns: string, containerName: string): Promise<{ name: string; issued: IssuedSeq }> {
+    const ms = this.#o.clock.now();
+    const second = archiveSecond(ms);
+    let existing: string[];
+    try {
+      existing = await fsp.readdir(this.dir);
+    } catch (err) {
+      throw new NodeletError('INTERNAL', `checkpoint directory ${this.dir}: ${errorMessage(err)}`, { dir: this.dir }, { cause: err });
+    }
+    // Only the current second's entries matter: older ones can never collide again.
+    for (const [k, v] of this.#issued) if (v.second !== second) this.#issued.delete(k);
+    const fromSeq = nextArchiveSeq([...existing, ...this.#inFlight], podName, ns, containerName, ms, this.#issued.get(key));
+    const name = chooseArchiveName(podName, ns, containerName, ms, (n) => this.#inFlight.has(n) || existsNoFollow(path.join(this.dir, n)), fromSeq);
+    this.#inFlight.add(name);
+    return { name, issued: { second, seq: parseArchiveName(name)?.seq ?? fromSeq } };
   }
 
   async #ensureDir(): Promise<void> {
@@ -224,8 +249,8 @@ export class CheckpointService {
     }
   }
 
-  /** Removes this container's archives beyond the newest N. Failures are logged, never answered. */
-  async #applyRetention(pod: string, ns: string, container: string): Promise<void> {
+  /** Removes this container's archives beyond the newest N, never `written` (the one being answered). Failures are logged, never answered. */
+  async #applyRetention(pod: string, ns: string, container: string, written: string): Promise<void> {
     const keep = this.#o.retention ?? 0;
     if (!(keep > 0)) return;
     try {
@@ -234,7 +259,7 @@ export class CheckpointService {
         .map((n) => ({ n, p: parseArchiveName(n) }))
         .filter((x): x is { n: string; p: NonNullable<typeof x.p> } => !!x.p && archiveBelongsTo(x.p, pod, ns, container))
         .map((x) => ({ name: x.n, time: x.p.time, seq: x.p.seq }));
-      for (const old of archivesBeyondRetention(mine, keep)) {
+      for (const old of archivesBeyondRetentionAfter(mine, keep, written)) {
         await fsp.rm(path.join(this.dir, old.name), { force: true });
         this.#log.info({ archive: path.join(this.dir, old.name), keep }, 'checkpoint archive removed by retention');
       }

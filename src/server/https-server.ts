@@ -12,6 +12,13 @@
  * routed on the raw, undecoded URL path, split on `/`, and never normalized, so the
  * authorization attributes and the route are computed from the same segments.
  *
+ * No request may end or wedge the process: the target is judged by request-target.ts
+ * before authentication (400 naming what is wrong), Node's parser errors answer 400/431
+ * and header, request and handshake times are bounded (http-hardening.ts), and whatever a
+ * handler throws or rejects with is answered 500 (or the connection destroyed when the
+ * answer had begun). Streamed answers respect backpressure, so a slow reader holds at most
+ * a socket buffer of nodelet's memory.
+ *
  * Built by the composition root; `start()` listens, `stop()` stops accepting, lets open
  * requests finish for up to shutdownTimeoutMs, then closes what is left. Both idempotent.
  */
@@ -26,6 +33,8 @@ import { authorizeRequest, requestAttributes, type Authenticator, type Authorize
 import type { CheckpointService, PodLookup } from './checkpoint.js';
 import { logTarget, openLog, parseLogOptions, streamLogs } from './container-logs.js';
 import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from './errors.js';
+import { answerClientError, serverLimits } from './http-hardening.js';
+import { parseRequestTarget, type RequestTarget } from './request-target.js';
 
 export interface NodeServerOptions {
   address: string;
@@ -80,7 +89,8 @@ interface RequestContext {
   user?: UserInfo;
 }
 
-type Reply = { status: number; json: unknown } | { status: number; text: string } | { status: number; stream: (write: (s: string) => void, signal: AbortSignal) => Promise<void> };
+/** A stream's `write` resolves when the client can take more (backpressure), at once otherwise. */
+type Reply = { status: number; json: unknown } | { status: number; text: string } | { status: number; stream: (write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal) => Promise<void> };
 
 /** Finds the route for the raw path segments (`/a/b` -> ['a','b']). */
 type Router = (segments: string[]) => Route | undefined;
@@ -145,15 +155,6 @@ function nodeRouter(o: NodeServerOptions): Router {
   };
 }
 
-function splitUrl(url: string): { rawPath: string; segments: string[]; query: URLSearchParams } {
-  const q = url.indexOf('?');
-  const rawPath = q < 0 ? url : url.slice(0, q);
-  const query = new URLSearchParams(q < 0 ? '' : url.slice(q + 1));
-  // '/a/b' -> ['a','b']; '/a/' -> ['a','']: empty segments are kept for the handler to judge.
-  const segments = rawPath.startsWith('/') ? rawPath.slice(1).split('/') : [rawPath];
-  return { rawPath, segments, query };
-}
-
 function peerCertificate(req: http.IncomingMessage): PeerCertificate | undefined {
   const sock = req.socket as TLSSocket;
   if (typeof sock.getPeerCertificate !== 'function') return undefined;
@@ -193,14 +194,28 @@ function send(res: http.ServerResponse, reply: Reply | FailureStatus, headOnly: 
   res.end(headOnly ? undefined : body);
 }
 
-/** A chunked text/plain body written as it comes; stops when the client goes. */
+/** A chunked text/plain body written as it comes, no faster than the client reads; stops when the client goes. */
 async function sendStream(res: http.ServerResponse, reply: Extract<Reply, { stream: unknown }>, headOnly: boolean): Promise<void> {
   res.writeHead(reply.status, { 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
   if (headOnly) return void res.end();
   const gone = new AbortController();
-  res.on('close', () => gone.abort());
+  res.once('close', () => gone.abort());
+  // A client that left while the route was getting ready (its 'close' is past): stop at once.
+  if (res.destroyed) gone.abort();
+  const write = (chunk: Buffer): void | Promise<void> => {
+    if (res.destroyed || res.write(chunk)) return;
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done);
+        res.off('close', done);
+        resolve();
+      };
+      res.on('drain', done);
+      res.on('close', done);
+    });
+  };
   try {
-    await reply.stream((s) => void res.write(s), gone.signal);
+    await reply.stream(write, gone.signal);
   } finally {
     res.end();
   }
@@ -214,13 +229,17 @@ function makeHandler(
 ): http.RequestListener {
   return (req, res) => {
     const method = (req.method ?? 'GET').toUpperCase();
-    const { rawPath, segments, query } = splitUrl(req.url ?? '/');
     // Bodies are not used by any route; drain so keep-alive connections stay usable.
     req.resume();
     const headOnly = method === 'HEAD';
-    void (async () => {
+    let rawPath = (req.url ?? '').slice(0, 200);
+    (async () => {
       let user: UserInfo | undefined;
       try {
+        // Judged before authentication: a target nobody can route is refused the same for everyone.
+        const target: RequestTarget = parseRequestTarget(req.url);
+        rawPath = target.rawPath;
+        const { segments, query } = target;
         if (auth) {
           const creds: Credentials = {
             ...(auth.x509 ? { peerCertificate: peerCertificate(req) } : {}),
@@ -242,11 +261,15 @@ function makeHandler(
         if (!res.headersSent) send(res, status, headOnly);
         else res.destroy();
       }
-    })();
+    })().catch((err: unknown) => {
+      // Only answering itself can fail here (a socket gone mid-write): never an unhandled rejection.
+      log.warn({ method, path: rawPath, err: errorMessage(err) }, 'answering a request failed');
+      res.destroy();
+    });
   };
 }
 
-function lifecycle(server: http.Server | https.Server, address: string, port: number, shutdownTimeoutMs: number, log: Logger): NodeServer {
+function lifecycle(server: http.Server | https.Server, limits: { maxHeaderSize: number }, address: string, port: number, shutdownTimeoutMs: number, log: Logger): NodeServer {
   let started = false;
   let stopping: Promise<void> | undefined;
   return {
@@ -263,10 +286,7 @@ function lifecycle(server: http.Server | https.Server, address: string, port: nu
         started = true;
         // Errors after listening (a socket reset) must never crash the daemon.
         server.on('error', (err) => log.warn({ err: err.message }, 'server error'));
-        server.on('clientError', (err, socket) => {
-          log.debug({ err: err.message }, 'client error');
-          socket.destroy();
-        });
+        server.on('clientError', answerClientError(log, limits.maxHeaderSize));
         log.info({ address, port: (server.address() as AddressInfo).port }, 'listening');
       }
       const a = server.address() as AddressInfo;
@@ -293,8 +313,13 @@ function lifecycle(server: http.Server | https.Server, address: string, port: nu
 /** The HTTPS server on `port` (see the file comment). Constructing it listens on nothing. */
 export function createNodeServer(o: NodeServerOptions): NodeServer {
   const log = (o.logger ?? silentLogger()).child({ component: 'https-server' });
+  // 32 KiB of headers: room for the largest bearer tokens (OIDC with many groups).
+  const limits = serverLimits(32 * 1024);
   const server = https.createServer(
     {
+      ...limits,
+      // A client that opens a connection and never finishes the handshake is dropped.
+      handshakeTimeout: 10_000,
       cert: o.tls.cert,
       key: o.tls.key,
       minVersion: 'TLSv1.2',
@@ -306,7 +331,7 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
     },
     makeHandler(nodeRouter(o), log, { authenticator: o.authenticator, authorizer: o.authorizer, nodeName: o.nodeName, x509: !!o.tls.clientCA }),
   );
-  return lifecycle(server, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+  return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
 }
 
 /** The read-only HTTP server for `readOnlyPort`: GET /healthz and GET /pods, no authentication, never checkpoints. */
@@ -314,6 +339,7 @@ export function createReadOnlyServer(o: ReadOnlyServerOptions): NodeServer {
   const log = (o.logger ?? silentLogger()).child({ component: 'read-only-server' });
   const common = commonRoutes(o.health, o.pods);
   const router: Router = (segments) => (segments.length === 1 && (segments[0] === 'healthz' || segments[0] === 'pods') ? common[segments[0]] : undefined);
-  const server = http.createServer(makeHandler(router, log));
-  return lifecycle(server, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+  const limits = serverLimits();
+  const server = http.createServer(limits, makeHandler(router, log));
+  return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
 }

@@ -113,6 +113,23 @@ describe('POST /checkpoint through the daemon', () => {
     expect(d.entries.length).toBeGreaterThan(0);
   });
 
+  it('five checkpoints within one second with --checkpoint-retention 2: five distinct paths, each there when answered, the 2 newest kept', async () => {
+    // Start at the top of a second so the five share it, as an attacker's burst would.
+    await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
+    const answered: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await request(url('/checkpoint/shop/app-n1/web'), { method: 'POST', ca: serverCa, cert: client.cert, key: client.key });
+      expect(r.status).toBe(200);
+      const p = (r.json() as { items: string[] }).items[0]!;
+      expect(fs.existsSync(p), `answer ${i + 1}: ${p} exists`).toBe(true);
+      answered.push(p);
+    }
+    expect(new Set(answered).size).toBe(5);
+    const stamps = new Set(answered.map((p) => /(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)/.exec(p)![1]));
+    expect(stamps.size, 'the burst fell within one or two seconds').toBeLessThanOrEqual(2);
+    expect(fs.readdirSync(path.join(dir, 'root', 'checkpoints')).sort()).toEqual(answered.slice(-2).map((p) => path.basename(p)).sort());
+  });
+
   it('checkpoint inspect names the file it cannot read', async () => {
     const bogus = path.join(dir, 'not-a-tar.tar');
     fs.writeFileSync(bogus, 'hello');

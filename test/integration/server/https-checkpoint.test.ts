@@ -11,6 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock } from '../../../src/clock.js';
 import { HealthRegistry } from '../../../src/health/checks.js';
+import { HealthzServer } from '../../../src/health/healthz-server.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import type { PodSandboxConfig } from '../../../src/runtime/types.js';
 import { inspectArchive } from '../../../src/checkpoint/archive.js';
@@ -261,11 +262,13 @@ describe('checkpoint endpoint answers', () => {
     ['/checkpoint/default/web-0/app?timeout=-1', 'timeout'],
     ['/checkpoint/default/web-0/app?timeout=abc', 'timeout'],
     ['/checkpoint/default/web-0/app?timeout=1.5', 'timeout'],
-    ['/checkpoint/../web-0/app', 'namespace ".."'],
-    ['/checkpoint/default/../app', 'pod ".."'],
-    ['/checkpoint/default/..%2F..%2Fetc/app', 'pod "../../etc"'],
-    ['/checkpoint/default/web-0%2F..%2Fx/app', 'pod "web-0/../x"'],
-    ['/checkpoint/%2e%2e/web-0/app', 'namespace ".."'],
+    // Refused by the request-target rules before any route runs (request-target.ts).
+    ['/checkpoint/../web-0/app', 'the path "/checkpoint/../web-0/app" has a ".." segment'],
+    ['/checkpoint/default/../app', 'has a ".." segment'],
+    ['/checkpoint/default/..%2F..%2Fetc/app', 'the path segment "..%2F..%2Fetc" holds an encoded "/"'],
+    ['/checkpoint/default/web-0%2F..%2Fx/app', 'the path segment "web-0%2F..%2Fx" holds an encoded "/"'],
+    ['/checkpoint/%2e%2e/web-0/app', 'has a ".." segment'],
+    ['/checkpoint/default/web-0/app%zz', 'is not valid percent-encoding'],
     ['/checkpoint/default//app', 'pod in the path is empty'],
     ['/checkpoint/default/web-0/', 'container in the path is empty'],
     ['/checkpoint/default/web-0', 'container in the path is empty'],
@@ -340,6 +343,43 @@ describe('other routes', () => {
     expect((await request(`${base}/checkpoint/default/web-0/app`, { method: 'POST' })).status).toBe(404);
     expect((await request(`${base}/checkpoints`)).status).toBe(404);
     expect(fake.calls.length).toBe(before);
+  });
+});
+
+describe('failing handlers', () => {
+  it('a handler that throws answers 500 with a generic message, and the servers keep serving', async () => {
+    let fail = true;
+    const pods: PodLookup = {
+      getPod: podLookup.getPod,
+      listPods: () => {
+        if (fail) throw new Error('secret detail of a bug');
+        return PODS;
+      },
+    };
+    const ro = createReadOnlyServer({ address: '127.0.0.1', port: 0, health: new HealthRegistry(), pods });
+    servers.push(ro);
+    const base = `http://127.0.0.1:${(await ro.start()).port}`;
+    const r = await request(`${base}/pods`);
+    expect(r.status).toBe(500);
+    expect(r.json()).toMatchObject({ kind: 'Status', code: 500, message: 'Internal error occurred: unexpected server error' });
+    expect(r.body).not.toContain('secret');
+    fail = false;
+    expect((await request(`${base}/pods`)).status).toBe(200);
+
+    // The healthz server: a health run that rejects is a 500, not an unhandled rejection.
+    let broken = true;
+    const real = new HealthRegistry();
+    const health = { run: () => (broken ? Promise.reject(new Error('registry bug')) : real.run()) } as unknown as HealthRegistry;
+    const hz = new HealthzServer({ host: '127.0.0.1', port: 0, health });
+    const { port } = await hz.start();
+    try {
+      const h = await request(`http://127.0.0.1:${port}/healthz`);
+      expect([h.status, h.body]).toEqual([500, 'internal error\n']);
+      broken = false;
+      expect((await request(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);
+    } finally {
+      await hz.stop();
+    }
   });
 });
 

@@ -3,7 +3,9 @@ import {
   archiveBelongsTo,
   archiveName,
   archivesBeyondRetention,
+  archivesBeyondRetentionAfter,
   chooseArchiveName,
+  nextArchiveSeq,
   formatTimestamp,
   parseArchiveName,
   parseTimeoutParam,
@@ -140,5 +142,52 @@ describe('retention', () => {
     expect(archivesBeyondRetention(all, 0)).toEqual([]);
     expect(archivesBeyondRetention(all, -1)).toEqual([]);
     expect(archivesBeyondRetention(all, 1).map((x) => x.id)).toEqual(['3000-1', '3000-0', '2000-0', '1000-0', '500-0']);
+  });
+});
+
+describe('nextArchiveSeq', () => {
+  const n = (ms: number, seq = 0, c = 'app') => archiveName('web-0', 'default', c, ms, seq);
+  it('goes above every suffix of the same second on disk, for this container only', () => {
+    expect(nextArchiveSeq([], 'web-0', 'default', 'app', T)).toBe(0);
+    expect(nextArchiveSeq([n(T)], 'web-0', 'default', 'app', T)).toBe(1);
+    // Retention removed the plain name and -1: the next is still above -2, never 0 again.
+    expect(nextArchiveSeq([n(T, 2), n(T, 3), 'kubelet.crt'], 'web-0', 'default', 'app', T)).toBe(4);
+    expect(nextArchiveSeq([n(T, 5, 'sidecar'), n(T - 1000, 7)], 'web-0', 'default', 'app', T)).toBe(0);
+  });
+  it('goes above what this process issued in the same second, even when the directory forgot it', () => {
+    expect(nextArchiveSeq([], 'web-0', 'default', 'app', T, { second: Math.floor(T / 1000), seq: 4 })).toBe(5);
+    expect(nextArchiveSeq([n(T, 7)], 'web-0', 'default', 'app', T, { second: Math.floor(T / 1000), seq: 4 })).toBe(8);
+    expect(nextArchiveSeq([], 'web-0', 'default', 'app', T + 1000, { second: Math.floor(T / 1000), seq: 4 })).toBe(0);
+  });
+  it('five names in one second with retention 2 in between are distinct and each ranks newest when made', () => {
+    let dir: string[] = [];
+    let last: { second: number; seq: number } | undefined;
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const seq = nextArchiveSeq(dir, 'web-0', 'default', 'app', T + i * 100, last);
+      const name = chooseArchiveName('web-0', 'default', 'app', T + i * 100, (x) => dir.includes(x), seq);
+      last = { second: Math.floor(T / 1000), seq: parseArchiveName(name)!.seq };
+      made.push(name);
+      dir.push(name);
+      const parsed = dir.map((x) => ({ name: x, ...parseArchiveName(x)! }));
+      const gone = archivesBeyondRetentionAfter(parsed, 2, name).map((x) => x.name);
+      expect(gone).not.toContain(name);
+      dir = dir.filter((x) => !gone.includes(x));
+      expect(dir).toContain(name);
+    }
+    expect(new Set(made).size).toBe(5);
+    expect(dir).toEqual(made.slice(-2));
+  });
+});
+
+describe('archivesBeyondRetentionAfter', () => {
+  const a = (name: string, time: number, seq = 0) => ({ name, time, seq });
+  it('keeps the one just written and the newest keep-1 others, whatever the written one ranks', () => {
+    const all = [a('old', 1000), a('mid', 2000), a('new', 3000), a('written', 500)];
+    expect(archivesBeyondRetentionAfter(all, 2, 'written').map((x) => x.name)).toEqual(['mid', 'old']);
+    expect(archivesBeyondRetentionAfter(all, 1, 'written').map((x) => x.name)).toEqual(['new', 'mid', 'old']);
+    expect(archivesBeyondRetentionAfter(all, 1, 'new').map((x) => x.name)).toEqual(['mid', 'old', 'written']);
+    expect(archivesBeyondRetentionAfter(all, 0, 'written')).toEqual([]);
+    expect(archivesBeyondRetentionAfter(all, 9, 'written')).toEqual([]);
   });
 });

@@ -259,6 +259,29 @@ describe('CheckpointService.checkpoint', () => {
   });
 });
 
+describe('same-second checkpoints with retention', () => {
+  it('five in one second with retention 2: five distinct paths, each there when answered, the 2 newest kept', async () => {
+    const s = svc({ retention: 2 });
+    const answered: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const p = (await s.checkpoint(req('default', 'web-0', 'app'))).items[0]!;
+      expect(fs.existsSync(p)).toBe(true);
+      answered.push(p);
+      clock.advance(100);
+    }
+    expect(new Set(answered).size).toBe(5);
+    expect((await fsp.readdir(cpDir())).sort()).toEqual(answered.slice(-2).map((p) => path.basename(p)).sort());
+  });
+
+  it('a clock set back never makes retention remove the archive being answered', async () => {
+    const s = svc({ retention: 1 });
+    await s.checkpoint(req('default', 'web-0', 'app'));
+    clock.advance(-60_000);
+    const p = (await s.checkpoint(req('default', 'web-0', 'app'))).items[0]!;
+    expect(await fsp.readdir(cpDir())).toEqual([path.basename(p)]);
+  });
+});
+
 /** Polls a condition across microtask/IO turns (no timers): the service's work is IO-bound. */
 async function waitFor(cond: () => boolean): Promise<void> {
   for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setImmediate(r));

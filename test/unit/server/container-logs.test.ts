@@ -1,16 +1,14 @@
+import { execFileSync } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CriLogDecoder, logTarget, openLog, parseLogOptions, streamLogs, type LogOptions } from '../../../src/server/container-logs.js';
+import type { Clock } from '../../../src/clock.js';
+import { CriLogDecoder, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
 
-let dir: string;
-beforeAll(() => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-logs-'));
-});
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 const q = (s: string) => new URLSearchParams(s);
 const NOW = Date.parse('2026-11-23T06:00:00Z');
@@ -33,15 +31,6 @@ describe('parseLogOptions', () => {
   });
 });
 
-describe('CriLogDecoder', () => {
-  it('joins partial lines, keeps an incomplete line for the next chunk, skips what is not CRI', () => {
-    const d = new CriLogDecoder();
-    expect(d.push('2026-11-23T06:00:00.1Z stdout P hel')).toEqual([]);
-    expect(d.push('\n2026-11-23T06:00:00.2Z stdout F lo\ngarbage\n2026-11-23T06:00:01Z stderr F ')).toEqual([{ ts: '2026-11-23T06:00:00.2Z', ms: Date.parse('2026-11-23T06:00:00.2Z'), text: 'hello' }]);
-    expect(d.push('oops\n')).toEqual([{ ts: '2026-11-23T06:00:01Z', ms: Date.parse('2026-11-23T06:00:01Z'), text: 'oops' }]);
-  });
-});
-
 const pod = (status: Pod['status']): Pod => ({ metadata: { name: 'web', namespace: 'ns', uid: 'u1' }, spec: { containers: [{ name: 'app', image: 'busybox' }] }, status });
 const lookup = (p: Pod | undefined) => ({ getPod: () => p, listPods: () => (p ? [p] : []) });
 
@@ -60,37 +49,290 @@ describe('logTarget', () => {
   });
 });
 
+/** Lines as a reader sees them: the text of each, joined over P records, with the first record's time. */
+function render(pieces: LogPiece[]): string {
+  return Buffer.concat(pieces.flatMap((p) => [Buffer.from(p.first ? `[${p.lineTs}]` : ''), p.text, Buffer.from(p.end ? '\n' : '')])).toString('utf8');
+}
+
+/** Feeds `data` to a fresh decoder in pieces cut at `cuts`, then finishes it. */
+function decode(data: string | Buffer, cuts: number[] = []): string {
+  const buf = Buffer.isBuffer(data) ? data : Buffer.from(data);
+  const d = new CriLogDecoder();
+  const out: LogPiece[] = [];
+  let at = 0;
+  for (const c of [...cuts, buf.length]) {
+    out.push(...d.push(buf.subarray(at, c)));
+    at = c;
+  }
+  out.push(...d.finish());
+  return render(out);
+}
+
+describe('parseRecordHead', () => {
+  it('reads time, stream and the first tag; text starts after the third space', () => {
+    expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00.123456789Z stdout F hi'), true)).toEqual({ ts: '2026-11-23T06:00:00.123456789Z', ms: Date.parse('2026-11-23T06:00:00.123Z'), tag: 'F', textStart: 40 });
+    expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00Z stderr P:x y'), true)).toMatchObject({ tag: 'P', textStart: 32 });
+    expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00+01:00 stdout F'), true)).toMatchObject({ tag: 'F', textStart: 34 });
+  });
+  it('waits for more while undecided, refuses what is not a record', () => {
+    expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00Z stdout F'), false)).toBe('more');
+    expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00Z'), false)).toBe('more');
+    for (const bad of ['garbage', '2026-11-23T06:00:00Z stdin F x', '2026-11-23T06:00:00Z stdout X x', 'yesterday stdout F x', '2026-13-45T99:00:00Z stdout F x', '']) {
+      expect(parseRecordHead(Buffer.from(bad), true)).toBeUndefined();
+    }
+    expect(parseRecordHead(Buffer.alloc(200, 'a'), false)).toBeUndefined();
+  });
+});
+
+const T1 = '2026-11-23T06:00:01Z';
+const T2 = '2026-11-23T06:00:02Z';
+const T3 = '2026-11-23T06:00:03Z';
+
+describe('CriLogDecoder', () => {
+  const sample = [`${T1} stdout P hel`, `${T1} stdout P lo `, `${T2} stdout F world`, 'garbage line', `${T3} stderr F`, `${T3} stderr F ünïcødé`, ''].join('\n');
+  const want = `[${T1}]hello world\n[${T3}]\n[${T3}]ünïcødé\n`;
+
+  it('joins P records up to the F, with the first record\'s time; skips what is not CRI; keeps bytes as written', () => {
+    expect(decode(sample)).toBe(want);
+  });
+  it('gives the same lines however the bytes are cut into chunks (every cut point, and byte by byte)', () => {
+    const buf = Buffer.from(sample);
+    for (let c = 0; c <= buf.length; c++) expect(decode(buf, [c])).toBe(want);
+    expect(decode(buf, [...buf.keys()].slice(1))).toBe(want);
+  });
+  it('CRLF ends a record like LF; a lone CR is text', () => {
+    const crlf = `${T1} stdout F one\r\n${T1} stdout P t\r\n${T2} stdout F wo\r\n${T2} stdout F a\rb\r\n`;
+    const want2 = `[${T1}]one\n[${T1}]two\n[${T2}]a\rb\n`;
+    expect(decode(crlf)).toBe(want2);
+    const buf = Buffer.from(crlf);
+    for (let c = 0; c <= buf.length; c++) expect(decode(buf, [c])).toBe(want2);
+  });
+  it('a file without a final newline: the last record and an open line end at the end', () => {
+    expect(decode(`${T1} stdout F one\n${T2} stdout F two`)).toBe(`[${T1}]one\n[${T2}]two\n`);
+    expect(decode(`${T1} stdout F one\n${T2} stdout P tw`)).toBe(`[${T1}]one\n[${T2}]tw\n`);
+    expect(decode(`${T1} stdout F one\n${T2} stdout P two\n`)).toBe(`[${T1}]one\n[${T2}]two\n`);
+    expect(decode(`${T1} stdout F`)).toBe(`[${T1}]\n`);
+  });
+  it('an empty input has no lines', () => {
+    expect(decode('')).toBe('');
+    expect(decode('\n\n')).toBe('');
+  });
+  it('holds no record in memory: a 1 MiB record comes out as pieces of the chunks fed', () => {
+    const d = new CriLogDecoder();
+    const first = d.push(Buffer.from(`${T1} stdout F `));
+    const big = Buffer.alloc(1 << 20, 'x');
+    const pieces = [...first, ...d.push(big), ...d.push(Buffer.from('\n'))];
+    expect(pieces.reduce((n, p) => n + p.text.length, 0)).toBe(1 << 20);
+    expect(pieces.filter((p) => p.end)).toHaveLength(1);
+    // The big piece is a view of the fed chunk, not a copy.
+    expect(pieces.find((p) => p.text.length === 1 << 20)?.text.buffer).toBe(big.buffer);
+  });
+});
+
+/** An independent, whole-file reading of a CRI log: the reference the streaming reader must match. */
+function referenceLines(content: string): { ts: string; text: string }[] {
+  const records = content.split('\n');
+  if (records[records.length - 1] === '') records.pop();
+  const lines: { ts: string; text: string }[] = [];
+  let open: { ts: string; text: string } | undefined;
+  for (const raw of records) {
+    const r = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+    const m = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) (stdout|stderr) ([^ ]*)(?: (.*))?$/s.exec(r);
+    const tag = m?.[3]!.split(':')[0];
+    if (!m || (tag !== 'F' && tag !== 'P')) continue;
+    open ??= { ts: m[1]!, text: '' };
+    open.text += m[4] ?? '';
+    if (tag === 'F') {
+      lines.push(open);
+      open = undefined;
+    }
+  }
+  if (open) lines.push(open);
+  return lines;
+}
+
+/** A deterministic pseudo-random log: long and short records, P runs, CRLF, garbage, spanning many chunks. */
+function generatedLog(seed: number, records: number, finalNewline: boolean): string {
+  let x = seed;
+  const rnd = (n: number) => ((x = (x * 1103515245 + 12345) % 2 ** 31), x % n);
+  const out: string[] = [];
+  for (let i = 0; i < records; i++) {
+    const ts = new Date(Date.UTC(2026, 10, 23, 6, 0, 0) + i * 10).toISOString();
+    const kind = rnd(10);
+    const len = rnd(4) === 0 ? rnd(20_000) : rnd(80);
+    const text = `r${i}-${'abcdefghij'.repeat(Math.ceil(len / 10)).slice(0, len)}`;
+    if (kind === 0) out.push(`not a record ${text}`);
+    else out.push(`${ts} ${rnd(2) ? 'stdout' : 'stderr'} ${kind < 3 ? 'P' : 'F'} ${text}${kind === 9 ? '\r' : ''}`);
+  }
+  return out.join('\n') + (finalNewline ? '\n' : '');
+}
+
+let dir: string;
+beforeAll(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-logs-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+const opts = (o: Partial<LogOptions> = {}): LogOptions => ({ previous: false, timestamps: false, follow: false, ...o });
+
+/** Runs streamLogs over `content` (a file of its own) and returns what the client got. */
+async function readLog(content: string | Buffer, o: Partial<LogOptions>, extra: { running?: () => boolean; signal?: AbortSignal; clock?: Pick<Clock, 'sleep'>; during?: (file: string) => Promise<void> } = {}): Promise<string> {
+  const file = path.join(dir, `${Math.random()}.log`);
+  await fsp.writeFile(file, content);
+  const target = { file, running: extra.running ?? (() => false) };
+  const chunks: Buffer[] = [];
+  const done = streamLogs(await openLog(target, 'app'), target, opts(o), (b) => void chunks.push(Buffer.from(b)), extra.signal ?? new AbortController().signal, { pollMs: 1, ...(extra.clock ? { clock: extra.clock } : {}) });
+  await extra.during?.(file);
+  await done;
+  await fsp.rm(file);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
 describe('streamLogs', () => {
   const lines = ['2026-11-23T05:59:00Z stdout F one', '2026-11-23T05:59:30Z stdout P tw', '2026-11-23T05:59:30Z stdout F o', '2026-11-23T05:59:50Z stderr F three', ''].join('\n');
-  const run = async (o: Partial<LogOptions>, running = () => false, after?: (file: string) => Promise<void>) => {
-    const file = path.join(dir, `${Math.random()}.log`);
-    await fsp.writeFile(file, lines);
-    const target = { file, running };
-    let out = '';
-    const done = streamLogs(await openLog(target, 'app'), target, { previous: false, timestamps: false, follow: false, ...o }, (s) => (out += s), new AbortController().signal, 20);
-    await after?.(file);
-    await done;
-    return out;
-  };
   it('whole lines, with timestamps, tail, since and a byte limit', async () => {
-    expect(await run({})).toBe('one\ntwo\nthree\n');
-    expect(await run({ timestamps: true, tailLines: 2 })).toBe('2026-11-23T05:59:30Z two\n2026-11-23T05:59:50Z three\n');
-    expect(await run({ tailLines: 0 })).toBe('');
-    expect(await run({ since: Date.parse('2026-11-23T05:59:30Z') })).toBe('two\nthree\n');
-    expect(await run({ limitBytes: 6 })).toBe('one\ntw');
+    expect(await readLog(lines, {})).toBe('one\ntwo\nthree\n');
+    expect(await readLog(lines, { timestamps: true, tailLines: 2 })).toBe('2026-11-23T05:59:30Z two\n2026-11-23T05:59:50Z three\n');
+    expect(await readLog(lines, { tailLines: 0 })).toBe('');
+    expect(await readLog(lines, { tailLines: 10 })).toBe('one\ntwo\nthree\n');
+    expect(await readLog(lines, { since: Date.parse('2026-11-23T05:59:30Z') })).toBe('two\nthree\n');
+    expect(await readLog(lines, { limitBytes: 6 })).toBe('one\ntw');
+    expect(await readLog(lines, { timestamps: true, limitBytes: 25 })).toBe('2026-11-23T05:59:00Z one\n');
+    expect(await readLog(lines, { tailLines: 1, limitBytes: 3 })).toBe('thr');
   });
-  it('follow: what the container appends, until it stops', async () => {
+
+  it('an empty file and a file of garbage answer nothing', async () => {
+    expect(await readLog('', {})).toBe('');
+    expect(await readLog('', { tailLines: 5 })).toBe('');
+    expect(await readLog('no\ncri\nhere', { tailLines: 1 })).toBe('');
+  });
+
+  it.each([
+    ['ending with a newline', 1, true],
+    ['without a final newline', 2, false],
+    ['another mix', 3, true],
+  ])('tailLines over many chunks (%s) equals the last lines of a whole-file reading', async (_name, seed, finalNewline) => {
+    const content = generatedLog(seed, 300, finalNewline);
+    expect(Buffer.byteLength(content)).toBeGreaterThan(4 * LOG_CHUNK);
+    const ref = referenceLines(content);
+    expect(await readLog(content, {})).toBe(ref.map((l) => `${l.text}\n`).join(''));
+    for (const n of [1, 2, 7, 50, ref.length - 1, ref.length, ref.length + 5]) {
+      expect(await readLog(content, { tailLines: n, timestamps: true })).toBe(ref.slice(-n).map((l) => `${l.ts} ${l.text}\n`).join(''));
+    }
+  });
+
+  it('tailLines where a record straddles a chunk boundary exactly at its head', async () => {
+    // Records laid out so a chunk boundary (counted from the end) falls inside the next record's head.
+    const last = `${T3} stdout F last\n`;
+    for (const shift of [0, 1, 5, 20, 25, 30]) {
+      const fillerLen = LOG_CHUNK - Buffer.byteLength(last) - shift - `${T2} stdout F \n`.length;
+      const content = `${T1} stdout F first\n${T2} stdout F ${'y'.repeat(fillerLen)}\n${last}`;
+      expect(await readLog(content, { tailLines: 1 })).toBe('last\n');
+      expect((await readLog(content, { tailLines: 2 })).length).toBe(fillerLen + 1 + 5);
+      expect(await readLog(content, { tailLines: 3 })).toMatch(/^first\ny+\nlast\n$/);
+    }
+  });
+
+  it('tailStart reads only the tail: a file of 64 chunks is read back a chunk or two', async () => {
+    const file = path.join(dir, 'big.log');
+    const rec = Buffer.from(`${T1} stdout F ${'z'.repeat(100)}\n`);
+    await fsp.writeFile(file, Buffer.concat(Array.from({ length: Math.ceil((64 * LOG_CHUNK) / rec.length) }, () => rec)));
+    const fh = await fsp.open(file, 'r');
+    const size = (await fh.stat()).size;
+    let read = 0;
+    // tailStart only reads: count the bytes it asks for.
+    const counting = { read: (buf: Buffer, off: number, len: number, pos: number) => ((read += len), fh.read(buf, off, len, pos)) } as unknown as fsp.FileHandle;
+    expect(await tailStart(counting, size, 3)).toBe(size - 3 * rec.length);
+    expect(read).toBeLessThanOrEqual(2 * LOG_CHUNK);
+    await fh.close();
+  });
+
+  it('follow: one abort listener for its whole life, however many polls; it is removed when the follower ends', async () => {
+    const ac = new AbortController();
+    // A clock whose sleeps end when the test says: no real waiting.
+    let wakeUp: (() => void) | undefined;
+    let slept = 0;
+    let onSleep: (() => void) | undefined;
+    const clock = {
+      sleep: () =>
+        new Promise<void>((resolve) => {
+          slept++;
+          wakeUp = resolve;
+          onSleep?.();
+        }),
+    };
+    const nextSleep = () => new Promise<void>((r) => (onSleep = r));
     let alive = true;
-    const out = await run({ follow: true }, () => alive, async (file) => {
-      await new Promise((r) => setTimeout(r, 60));
-      await fsp.appendFile(file, '2026-11-23T06:00:01Z stdout F four\n');
-      await new Promise((r) => setTimeout(r, 60));
-      await fsp.appendFile(file, '2026-11-23T06:00:02Z stdout F five\n');
-      alive = false;
-    });
-    expect(out).toBe('one\ntwo\nthree\nfour\nfive\n');
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      const out = await readLog(lines, { follow: true }, {
+        running: () => alive,
+        signal: ac.signal,
+        clock,
+        during: async (file) => {
+          for (let i = 0; i < 40; i++) {
+            await nextSleep();
+            expect(getEventListeners(ac.signal, 'abort')).toHaveLength(1);
+            if (i === 10) await fsp.appendFile(file, '2026-11-23T06:00:01Z stdout F four\n');
+            if (i === 20) await fsp.appendFile(file, '2026-11-23T06:00:02Z stdout P fi');
+            if (i === 30) await fsp.appendFile(file, '\n2026-11-23T06:00:02Z stdout F ve\n');
+            wakeUp!();
+          }
+          await nextSleep();
+          alive = false;
+          wakeUp!();
+        },
+      });
+      expect(out).toBe('one\ntwo\nthree\nfour\nfive\n');
+      expect(slept).toBe(41);
+      expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
+      // A client that goes away ends a follower at once, even mid-sleep.
+      const ac2 = new AbortController();
+      const gone = readLog(lines, { follow: true }, { running: () => true, signal: ac2.signal, clock: { sleep: () => (ac2.abort(), new Promise<void>(() => undefined)) } });
+      await expect(gone).resolves.toBe('one\ntwo\nthree\n');
+      expect(getEventListeners(ac2.signal, 'abort')).toHaveLength(0);
+      expect(warnings).not.toContain('MaxListenersExceededWarning');
+    } finally {
+      process.off('warning', onWarning);
+    }
   });
+
+  it('waits for the writer: each write is awaited before the next chunk is read', async () => {
+    const content = generatedLog(9, 300, true);
+    const file = path.join(dir, 'slow.log');
+    await fsp.writeFile(file, content);
+    const target = { file, running: () => false };
+    let pending = 0;
+    let maxPending = 0;
+    const chunks: Buffer[] = [];
+    await streamLogs(await openLog(target, 'app'), target, opts(), async (b) => {
+      pending++;
+      maxPending = Math.max(maxPending, pending);
+      chunks.push(Buffer.from(b));
+      await Promise.resolve();
+      pending--;
+    }, new AbortController().signal);
+    expect(maxPending).toBe(1);
+    expect(Buffer.concat(chunks).toString()).toBe(referenceLines(content).map((l) => `${l.text}\n`).join(''));
+  });
+});
+
+describe('openLog', () => {
   it('a missing file is a 404 naming the container', async () => {
-    await expect(openLog({ file: path.join(dir, 'none/0.log'), running: () => false }, 'app')).rejects.toThrow('container "app" has no log file 0.log');
+    await expect(openLog({ file: path.join(dir, 'none/0.log'), running: () => false }, 'app')).rejects.toThrow(expect.objectContaining({ code: 'NOT_FOUND', message: 'container "app" has no log file 0.log' }));
+  });
+  it('refuses a FIFO at once (never waits for a writer), a symbolic link, a directory and a device', async () => {
+    const fifo = path.join(dir, 'fifo.log');
+    execFileSync('mkfifo', [fifo]);
+    await expect(openLog({ file: fifo, running: () => true }, 'app')).rejects.toThrow(expect.objectContaining({ code: 'INTERNAL', message: 'log file fifo.log of container "app" is a FIFO, not a regular file: refusing to read it' }));
+    const real = path.join(dir, 'real.log');
+    fs.writeFileSync(real, `${T1} stdout F secret\n`);
+    const link = path.join(dir, 'link.log');
+    fs.symlinkSync(real, link);
+    await expect(openLog({ file: link, running: () => true }, 'app')).rejects.toThrow('log file link.log of container "app" is a symbolic link, not a regular file');
+    await expect(openLog({ file: dir, running: () => true }, 'app')).rejects.toThrow('is a directory, not a regular file');
+    await expect(openLog({ file: '/dev/null', running: () => true }, 'app')).rejects.toThrow('log file null of container "app" is a character device, not a regular file');
   });
 });
