@@ -10,10 +10,10 @@ import fs from 'node:fs';
 import { realClock, type Clock } from './clock.js';
 import { standaloneMode, type Mode, type NodeMode } from './connected.js';
 import { errorMessage } from './errors.js';
-import { HealthRegistry } from './health/checks.js';
-import { HealthzServer, eventLoopCheck } from './health/healthz-server.js';
+import { eventLoopCheck, HealthRegistry } from './health/checks.js';
+import { HealthzServer } from './server/healthz-server.js';
 import type { Logger } from './log.js';
-import type { Service } from './loop.js';
+import { Loop, type Service } from './loop.js';
 import type { NodeIdentity } from './node-identity.js';
 import { acquireLock, watchContention, type ContentionWatch, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
@@ -100,7 +100,7 @@ export class Daemon {
    * A daemon with nothing listening (healthz disabled, no runtime yet) must not exit
    * because Node's event loop has nothing left to wait for: one handle, held from start to stop.
    */
-  #keepAlive: NodeJS.Timeout | undefined;
+  readonly #keepAlive = new Loop({ name: 'keep-alive', turn: async () => {}, delayMs: () => 2 ** 30, clock: realClock });
   /**
    * Passed to every service's start: aborted once the ordered stop is over, so nothing a
    * service left running outlives the daemon. (The signal given to start() only cuts the
@@ -109,7 +109,7 @@ export class Daemon {
   readonly #life = new AbortController();
 
   async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
-    this.#keepAlive ??= setInterval(() => {}, 1 << 30);
+    this.#keepAlive.start();
     const { flags, loaded, identity } = this.#deps;
     const cfg = loaded.config;
     this.#log.info(
@@ -147,7 +147,8 @@ export class Daemon {
     });
     const loop = eventLoopCheck();
     this.health.add(loop);
-    this.#started.push({ name: 'eventloop-check', start: () => {}, stop: async () => loop.stop() });
+    loop.start(this.#life.signal);
+    this.#started.push({ name: 'eventloop-check', start: () => {}, stop: () => loop.stop() });
 
     for (const svc of await this.#buildServices(auth)) {
       if (signal.aborted) break;
@@ -331,7 +332,7 @@ export class Daemon {
     );
 
     if (cfg.healthzPort !== 0) {
-      const server = new HealthzServer({ host: cfg.healthzBindAddress, port: cfg.healthzPort, health: this.health });
+      const server = new HealthzServer({ host: cfg.healthzBindAddress, port: cfg.healthzPort, health: this.health, logger: log });
       services.push({
         name: 'healthz',
         start: async () => {
@@ -388,8 +389,7 @@ export class Daemon {
     this.#started = [];
     this.#life.abort();
     this.#lock?.release();
-    clearInterval(this.#keepAlive);
-    this.#keepAlive = undefined;
+    await this.#keepAlive.stop();
     this.#log.info('nodelet stopped');
   }
 }

@@ -6,6 +6,9 @@
  * responsive), not the runtime's or the control plane's: a dead containerd shows in the
  * node's Ready condition, because restarting nodelet would not fix it.
  */
+import { realClock, type Clock } from '../clock.js';
+import { Loop } from '../loop.js';
+
 export interface HealthCheck {
   readonly name: string;
   /** Throws (or rejects) with a reason when unhealthy. Must be cheap: called every ping. */
@@ -74,4 +77,24 @@ export function renderHealthz(report: HealthReport, verbose: boolean): { status:
   const lines = report.results.map((r) => (r.ok ? `[+]${r.name} ok` : `[-]${r.name} failed: ${r.reason ?? 'unknown'}`));
   lines.push(report.ok ? 'healthz check passed' : 'healthz check failed');
   return { status: report.ok ? 200 : 500, body: lines.join('\n') + '\n' };
+}
+
+/**
+ * Liveness of the event loop: a loop that should turn every `periodMs` (on the real
+ * clock: its point is to notice when timers stop firing); the check fails when the last
+ * turn is older than `maxLagMs`. (A fully frozen event loop cannot answer at all; this
+ * catches one that is alive but starved.) Start it with the daemon; `stop()` ends it.
+ */
+export function eventLoopCheck(periodMs = 500, maxLagMs = 10_000, clock: Clock = realClock): HealthCheck & { start(signal?: AbortSignal): void; stop(): Promise<void> } {
+  let last = clock.now();
+  const loop = new Loop({ name: 'eventloop-check', turn: async () => void (last = clock.now()), delayMs: () => periodMs, clock });
+  return {
+    name: 'eventloop',
+    check() {
+      const lag = clock.now() - last;
+      if (lag > maxLagMs) throw new Error(`event loop stalled for ${lag}ms`);
+    },
+    start: (signal) => loop.start(signal),
+    stop: () => loop.stop(),
+  };
 }

@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock } from '../../../src/clock.js';
 import { HealthRegistry } from '../../../src/health/checks.js';
-import { HealthzServer } from '../../../src/health/healthz-server.js';
+import { HealthzServer } from '../../../src/server/healthz-server.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import type { PodSandboxConfig } from '../../../src/runtime/types.js';
 import { inspectArchive } from '../../../src/checkpoint/archive.js';

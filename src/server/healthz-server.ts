@@ -11,9 +11,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { errorMessage } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { answerClientError, serverLimits } from '../server/http-hardening.js';
-import { parseRequestTarget, type RequestTarget } from '../server/request-target.js';
-import { renderHealthz, type HealthRegistry } from './checks.js';
+import { answerClientError, serverLimits } from './http-hardening.js';
+import { parseRequestTarget, type RequestTarget } from './request-target.js';
+import { renderHealthz, type HealthRegistry } from '../health/checks.js';
 
 const TEXT = { 'content-type': 'text/plain; charset=utf-8', 'x-content-type-options': 'nosniff' };
 
@@ -89,27 +89,4 @@ export class HealthzServer {
       this.#server.closeAllConnections();
     });
   }
-}
-
-/**
- * Liveness of the event loop: a timer that should tick every `periodMs`; the check
- * fails when the last tick is older than `maxLagMs`. (A fully frozen loop cannot answer
- * at all; this catches a loop that is alive but starved.)
- */
-export function eventLoopCheck(periodMs = 500, maxLagMs = 10_000) {
-  let last = Date.now();
-  const t = setInterval(() => {
-    last = Date.now();
-  }, periodMs);
-  t.unref();
-  return {
-    name: 'eventloop',
-    check() {
-      const lag = Date.now() - last;
-      if (lag > maxLagMs) throw new Error(`event loop stalled for ${lag}ms`);
-    },
-    stop() {
-      clearInterval(t);
-    },
-  };
 }
