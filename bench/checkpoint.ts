@@ -22,7 +22,7 @@ import { HealthRegistry } from '../src/health/checks.js';
 import { createCriClient } from '../src/runtime/cri-client.js';
 import type { PodSandboxConfig } from '../src/runtime/types.js';
 import { Authenticator, alwaysAllow } from '../src/server/auth.js';
-import { CheckpointService } from '../src/server/checkpoint.js';
+import { CheckpointService } from '../src/checkpoint/service.js';
 import { createNodeServer } from '../src/server/https-server.js';
 import { loadOrCreateServingCert } from '../src/server/tls.js';
 import { startFakeRuntime } from '../test/cri/fake-runtime.js';

@@ -19,7 +19,7 @@ import { acquireLock, watchContention, type ContentionWatch, type LockHandle } f
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
 import { parseDuration } from './config/duration.js';
-import { CheckpointService } from './server/checkpoint.js';
+import { CheckpointService } from './checkpoint/service.js';
 import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
 import { createNodeServer, createReadOnlyServer } from './server/https-server.js';
 import { loadOrCreateServingCert } from './server/tls.js';

@@ -1,7 +1,7 @@
 /**
  * Go `time.Duration` text, as the kubelet reads (`metav1.Duration` -> `time.ParseDuration`)
- * and prints (`Duration.String()`) it. A small strict parser of our own: the npm ones
- * tried were wrong on edge cases (FACTS.md). Pure functions, no state.
+ * and prints (`Duration.String()`) it. A small strict parser of our own: the npm parsers
+ * we tried were wrong on edge cases (`1h2m3.5s`, `-0s`, overflow). Pure functions, no state.
  *
  * Internally everything is integer nanoseconds (bigint), like Go; the `ms` API is what the
  * rest of nodelet uses for timers.

@@ -1,7 +1,7 @@
 /**
  * Kubernetes `resource.Quantity` text (`100Mi`, `1.5Gi`, `500m`, `1e3`, `2k`) and the
  * kubelet's eviction threshold values (a quantity, or a percentage such as `10%`).
- * A small strict parser of our own (FACTS.md: the npm ones were wrong on edge cases).
+ * A small strict parser of our own (the npm parsers we tried were wrong on edge cases).
  * Exact arithmetic in bigint; pure functions.
  *
  * Grammar (apimachinery's resource package):

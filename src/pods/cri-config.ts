@@ -6,26 +6,32 @@
  * CRI runtime.v1 messages; enums are their string names.
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import type { DNSConfig } from '../runtime/types.js';
+import { podHostname } from './dns.js';
 import { containerEnv } from './env.js';
 import { containerHash } from './plan.js';
 
-export const LABEL_POD_NAME = 'io.kubernetes.pod.name';
-export const LABEL_POD_NAMESPACE = 'io.kubernetes.pod.namespace';
-export const LABEL_POD_UID = 'io.kubernetes.pod.uid';
-export const LABEL_CONTAINER_NAME = 'io.kubernetes.container.name';
-export const ANN_CONTAINER_HASH = 'io.kubernetes.container.hash';
-export const ANN_RESTART_COUNT = 'io.kubernetes.container.restartCount';
-export const ANN_TERMINATION_MESSAGE_PATH = 'io.kubernetes.container.terminationMessagePath';
-export const ANN_TERMINATION_MESSAGE_POLICY = 'io.kubernetes.container.terminationMessagePolicy';
-export const ANN_PORTS = 'io.kubernetes.container.ports';
-export const ANN_GRACE_PERIOD = 'io.kubernetes.pod.terminationGracePeriod';
-/** Marks what nodelet created, like the kubelet's `io.kubernetes.container.*` set; CRI labels only take strings. */
-export const LABEL_MANAGED_BY = 'io.kubernetes.pod.managed-by';
+import {
+  ANN_CONTAINER_HASH,
+  ANN_GRACE_PERIOD,
+  ANN_PORTS,
+  ANN_RESTART_COUNT,
+  ANN_TERMINATION_MESSAGE_PATH,
+  ANN_TERMINATION_MESSAGE_POLICY,
+  LABEL_CONTAINER_NAME,
+  LABEL_POD_NAME,
+  LABEL_POD_NAMESPACE,
+  LABEL_POD_UID,
+} from './labels.js';
+/** The label names, for the modules that build or read CRI configs (their home is labels.ts). */
+export * from './labels.js';
 
 export interface SandboxOptions {
   /** `<podLogsDir>/<namespace>_<name>_<uid>` directory for container logs. */
   logDirectory: string;
-  clusterDNS?: string[];
+  /** The pod's DNS (dns.ts podDnsConfig); unset: the runtime's default. */
+  dnsConfig?: DNSConfig;
+  /** For the hostname's domain (`spec.subdomain`); '' when none. */
   clusterDomain?: string;
 }
 
@@ -70,14 +76,9 @@ export function sandboxConfig(pod: Pod, attempt: number, o: SandboxOptions): Cri
   };
   // containerd refuses a hostname for a sandbox in the host's UTS namespace (FACTS.md);
   // the kubelet sets it only for pods with their own network.
-  if (!spec.hostNetwork) {
-    cfg.hostname = spec.hostname ?? pod.metadata!.name;
-    if (spec.dnsPolicy !== 'Default' && o.clusterDNS?.length) {
-      const ns = pod.metadata!.namespace ?? 'default';
-      const d = o.clusterDomain;
-      cfg.dnsConfig = { servers: o.clusterDNS, searches: d ? [`${ns}.svc.${d}`, `svc.${d}`, d] : [], options: ['ndots:5'] };
-    }
-  }
+  if (!spec.hostNetwork) cfg.hostname = podHostname(pod, o.clusterDomain ?? '').hostname;
+  // Every policy gives a config (Default is the host's resolv.conf), host network included.
+  if (o.dnsConfig) cfg.dnsConfig = o.dnsConfig;
   return cfg;
 }
 
@@ -89,11 +90,14 @@ export interface ContainerOptions {
   /** For the downward API in env: the node's name and IP. */
   nodeName?: string;
   hostIP?: string;
+  /** The pod's IPs from its sandbox (a pod with its own network); a hostNetwork pod's are the node's. */
+  podIPs?: string[];
 }
 
 export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): CriObject {
-  // A hostNetwork pod's IP is the node's; another pod's comes from its network (no CNI here: unknown).
-  const env = containerEnv(pod, c, { quantity: o.quantity, ...(o.nodeName ? { nodeName: o.nodeName } : {}), ...(o.hostIP ? { hostIP: o.hostIP, ...(pod.spec?.hostNetwork ? { podIP: o.hostIP } : {}) } : {}) });
+  // A hostNetwork pod's IP is the node's; another pod's is its sandbox's (created first, so known here).
+  const podIPs = pod.spec?.hostNetwork ? (o.hostIP ? [o.hostIP] : []) : (o.podIPs ?? []);
+  const env = containerEnv(pod, c, { quantity: o.quantity, ...(o.nodeName ? { nodeName: o.nodeName } : {}), ...(o.hostIP ? { hostIP: o.hostIP } : {}), ...(podIPs.length ? { podIP: podIPs[0]!, podIPs } : {}) });
   const limits = c.resources?.limits ?? {};
   const requests = { ...limits, ...(c.resources?.requests ?? {}) };
   const resources: CriObject = {};

@@ -2,7 +2,7 @@
  * Runtime health: polls the runtime's Status and Version and keeps what the node's Ready
  * condition and the health detail need (RuntimeReady, NetworkReady, reason, message).
  *
- * A loop object (STYLE.md): constructing it starts nothing; `start(signal)` runs the loop
+ * A loop object (src/loop.ts): constructing it starts nothing; `start(signal)` runs the loop
  * until the signal aborts or `stop()` is called; `syncOnce()` is one check, for tests and
  * for callers that want a fresh answer. The loop never throws: a missing or dead runtime
  * is a state (`ContainerRuntimeDown`), retried with a capped backoff so that recovery is

@@ -20,7 +20,7 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { NodeletError } from '../errors.js';
-import type { PodLookup } from './checkpoint.js';
+import type { PodLookup } from '../pods/lookup.js';
 
 export interface LogOptions {
   previous: boolean;

@@ -2,9 +2,10 @@
  * The node's servers:
  * - `createNodeServer`: HTTPS on `address:port` (10250), every request authenticated and
  *   authorized (auth.ts) before routing, as the kubelet's filter chain does; routes
- *   `GET /healthz`, `GET /pods`, and, when the checkpoint service is given (gate
- *   ContainerCheckpoint on and enableDebuggingHandlers true), `POST /checkpoint/<ns>/<pod>/<container>`
- *   and `GET /checkpoints`. Without the service those paths are 404 like any unknown path.
+ *   `GET /healthz`, `GET /pods`; with enableDebuggingHandlers `GET /containerLogs/<ns>/<pod>/<container>`;
+ *   and, when the checkpoint service is given (gate ContainerCheckpoint on and
+ *   enableDebuggingHandlers true), `POST /checkpoint/<ns>/<pod>/<container>` and
+ *   `GET /checkpoints`. Without them those paths are 404 like any unknown path.
  * - `createReadOnlyServer`: plain HTTP for `readOnlyPort`, unauthenticated like the
  *   kubelet's: `GET /healthz` and `GET /pods` only; never a checkpoint.
  *
@@ -30,7 +31,8 @@ import { NodeletError, errorMessage } from '../errors.js';
 import { renderHealthz, type HealthRegistry } from '../health/checks.js';
 import { silentLogger, type Logger } from '../log.js';
 import { authorizeRequest, requestAttributes, type Authenticator, type Authorizer, type Credentials, type PeerCertificate, type UserInfo } from './auth.js';
-import type { CheckpointService, PodLookup } from './checkpoint.js';
+import type { CheckpointService } from '../checkpoint/service.js';
+import type { PodLookup } from '../pods/lookup.js';
 import { logTarget, openLog, parseLogOptions, streamLogs } from './container-logs.js';
 import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from './errors.js';
 import { answerClientError, serverLimits } from './http-hardening.js';

@@ -1,7 +1,8 @@
 /**
  * Boots a real systemd 252 (with journald) as PID 1 of a Debian bookworm container under
  * systemd-nspawn, for end-to-end tests of nodelet as a systemd service. PID 1 of the test
- * machines is not systemd; the flags and traps are in FACTS.md ("systemd for real").
+ * machines is not systemd, hence nspawn with --keep-unit, a cgroup of its own and
+ * SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 (see bootBox() below for why each is needed).
  *
  * - The root filesystem is built once per machine by rootfs.sh (debootstrap, cached) and
  *   booted with --volatile=overlay: every box starts pristine and leaves nothing behind.

@@ -15,7 +15,7 @@ import { HealthRegistry } from '../../../src/health/checks.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import type { PodSandboxConfig } from '../../../src/runtime/types.js';
 import { Authenticator, alwaysAllow } from '../../../src/server/auth.js';
-import { CheckpointService } from '../../../src/server/checkpoint.js';
+import { CheckpointService } from '../../../src/checkpoint/service.js';
 import { createNodeServer, type NodeServer } from '../../../src/server/https-server.js';
 import { loadOrCreateServingCert } from '../../../src/server/tls.js';
 import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';

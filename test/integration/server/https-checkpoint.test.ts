@@ -16,7 +16,7 @@ import { createCriClient, type CriClient } from '../../../src/runtime/cri-client
 import type { PodSandboxConfig } from '../../../src/runtime/types.js';
 import { inspectArchive } from '../../../src/checkpoint/archive.js';
 import { Authenticator, WebhookAuthorizer, alwaysAllow, type Authorizer, type ReviewClient, type SubjectAccessReviewSpec } from '../../../src/server/auth.js';
-import { CheckpointService, type PodLookup } from '../../../src/server/checkpoint.js';
+import { CheckpointService, type PodLookup } from '../../../src/checkpoint/service.js';
 import { buildServerAuth, checkpointsEnabled } from '../../../src/server/from-config.js';
 import { createNodeServer, createReadOnlyServer, type NodeServer } from '../../../src/server/https-server.js';
 import { loadOrCreateServingCert, type ServingCert } from '../../../src/server/tls.js';

@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../../src/errors.js';
 import type { CheckpointRequest as CriCheckpointRequest, Container, ContainerFilter } from '../../../src/runtime/types.js';
-import { CheckpointService, checkpointDeadlineMs, type CheckpointRuntime, type PodLookup } from '../../../src/server/checkpoint.js';
+import { CheckpointService, checkpointDeadlineMs, type CheckpointRuntime, type PodLookup } from '../../../src/checkpoint/service.js';
 import { writeTar } from './archive-fixtures.js';
 import { ManualClock } from './manual-clock.js';
 

@@ -41,20 +41,16 @@ import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import type { Clock } from '../clock.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { RuntimeService } from '../runtime/types.js';
-import { ArchiveLister, verifyArchive, type ArchiveInfo } from '../checkpoint/archive.js';
-import { archiveBelongsTo, archiveSecond, archivesBeyondRetentionAfter, chooseArchiveName, nextArchiveSeq, parseArchiveName, parseTimeoutParam, validateSegment, type IssuedSeq } from '../checkpoint/names.js';
+import { ArchiveLister, verifyArchive, type ArchiveInfo } from './archive.js';
+import { archiveBelongsTo, archiveSecond, archivesBeyondRetentionAfter, chooseArchiveName, nextArchiveSeq, parseArchiveName, parseTimeoutParam, validateSegment, type IssuedSeq } from './names.js';
+import { LABEL_CONTAINER_NAME, LABEL_POD_UID } from '../pods/labels.js';
+import type { PodLookup } from '../pods/lookup.js';
 
-/** The node's pods as the server sees them (static now, API pods later). The daemon wires the pod store in. */
-export interface PodLookup {
-  getPod(namespace: string, name: string): Pod | undefined;
-  listPods(): Pod[];
-}
+export type { PodLookup } from '../pods/lookup.js';
 
 /** What the endpoint needs of the CRI runtime. */
 export type CheckpointRuntime = Pick<RuntimeService, 'listContainers' | 'checkpointContainer'>;
 
-export const POD_UID_LABEL = 'io.kubernetes.pod.uid';
-export const CONTAINER_NAME_LABEL = 'io.kubernetes.container.name';
 
 /** Longest deadline a timer can hold (~24.8 days). */
 const MAX_DEADLINE_MS = 2 ** 31 - 1;
@@ -181,7 +177,7 @@ export class CheckpointService {
     let containerId: string | undefined;
     try {
       const running = uid
-        ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [POD_UID_LABEL]: uid, [CONTAINER_NAME_LABEL]: containerName } })
+        ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [LABEL_POD_UID]: uid, [LABEL_CONTAINER_NAME]: containerName } })
         : [];
       containerId = running.sort((a, b) => b.createdAt - a.createdAt)[0]?.id;
     } catch (err) {
