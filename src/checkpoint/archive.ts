@@ -16,11 +16,11 @@
  * reading is reported with `ambiguous: true`.
  */
 import crypto from 'node:crypto';
-import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import tar from 'tar-stream';
-import { NodeletError, errorMessage } from '../errors.js';
+import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
+import { openRegularFile } from '../system/safe-file.js';
 import { compareNewestFirst, parseArchiveName, type ParsedArchiveName } from './names.js';
 
 export interface ArchiveEntry {
@@ -59,7 +59,6 @@ interface Hints {
 }
 
 const DUMP_MAX = 4 * 1024 * 1024;
-const O_NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0;
 
 interface ScanResult {
   size: number;
@@ -69,23 +68,21 @@ interface ScanResult {
   tarError?: string;
 }
 
-/** Opens a regular file without following a symlink; throws NOT_FOUND/INVALID_ARGUMENT naming it. */
+/**
+ * Opens a regular file without following a symlink and without blocking: a FIFO, socket
+ * or device named like an archive is refused at once, never opened for reading (an open
+ * of a FIFO would wait for a writer forever). Throws NOT_FOUND/INVALID_ARGUMENT naming it.
+ */
 async function openRegular(file: string): Promise<fsp.FileHandle> {
-  let fh: fsp.FileHandle;
   try {
-    fh = await fsp.open(file, fs.constants.O_RDONLY | O_NOFOLLOW);
+    return (await openRegularFile(file, { what: 'checkpoint archive', noFollow: true })).handle;
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new NodeletError('NOT_FOUND', `${file}: no such file`, { file });
-    if (code === 'ELOOP') throw new NodeletError('INVALID_ARGUMENT', `${file} is a symbolic link, not an archive`, { file });
-    throw new NodeletError('INVALID_ARGUMENT', `${file}: ${errorMessage(err)}`, { file }, { cause: err });
+    if (isNodeletError(err, 'NOT_FOUND')) throw new NodeletError('NOT_FOUND', `${file}: no such file`, { file });
+    const kind = isNodeletError(err) ? err.details.kind : undefined;
+    if (kind === 'a symbolic link') throw new NodeletError('INVALID_ARGUMENT', `${file} is a symbolic link, not an archive`, { file });
+    if (typeof kind === 'string') throw new NodeletError('INVALID_ARGUMENT', `${file} is not a regular file: it is ${kind}`, { file, kind });
+    throw new NodeletError('INVALID_ARGUMENT', isNodeletError(err) ? err.message : `${file}: ${errorMessage(err)}`, { file }, { cause: err });
   }
-  const st = await fh.stat();
-  if (!st.isFile()) {
-    await fh.close();
-    throw new NodeletError('INVALID_ARGUMENT', `${file} is not a regular file`, { file });
-  }
-  return fh;
 }
 
 function hintsFromDump(name: string, data: Buffer, hints: Hints): void {

@@ -10,7 +10,9 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { LineCounter, parseAllDocuments } from 'yaml';
+import { errorMessage, isNodeletError } from '../errors.js';
+import { parseYaml, parseYamlSync } from '../system/bounded-parse.js';
+import { FILE_LIMITS, readBoundedText } from '../system/safe-file.js';
 import { resolveConfig, type ConfigLayer } from './resolve.js';
 import type { ConfigProblem, LoadedConfig } from './types.js';
 import { ConfigError } from './validate.js';
@@ -72,37 +74,50 @@ async function listDropIns(dir: string, problems: ConfigProblem[]): Promise<stri
 
 /**
  * Parses a YAML or JSON configuration text (YAML 1.1, as the kubelet's sigs.k8s.io/yaml
- * reads it). Returns the value, or a problem naming the file and line.
+ * reads it), with the bounds of bounded-parse.ts. Returns the value, or a problem naming
+ * the file and line.
  */
 export function parseConfigText(text: string, file: string): { doc: unknown } | { problem: ConfigProblem } {
-  const lineCounter = new LineCounter();
-  const docs = parseAllDocuments(text, { version: '1.1', lineCounter, prettyErrors: false });
-  const list = Array.isArray(docs) ? docs : [];
-  for (const d of list) {
-    const err = d.errors[0];
-    if (err) {
-      const { line, col } = lineCounter.linePos(err.pos[0]);
-      return { problem: { file, field: '', message: `malformed YAML/JSON at line ${line}, column ${col}: ${err.message}` } };
-    }
+  try {
+    return oneDocument(parseYamlSync(text, { file, what: 'configuration file' }), file);
+  } catch (err) {
+    return { problem: parseProblem(err, file) };
   }
-  const nonEmpty = list.filter((d) => d.contents !== null);
-  if (nonEmpty.length > 1) {
-    return { problem: { file, field: '', message: `holds ${nonEmpty.length} YAML documents; expected exactly one KubeletConfiguration` } };
+}
+
+/** parseConfigText, off the main thread for a large text. */
+async function parseConfigTextAsync(text: string, file: string): Promise<{ doc: unknown } | { problem: ConfigProblem }> {
+  try {
+    return oneDocument(await parseYaml(text, { file, what: 'configuration file' }), file);
+  } catch (err) {
+    return { problem: parseProblem(err, file) };
   }
-  const first = nonEmpty[0];
-  return { doc: first ? first.toJS({ maxAliasCount: 100 }) : undefined };
+}
+
+function oneDocument(docs: unknown[], file: string): { doc: unknown } | { problem: ConfigProblem } {
+  if (docs.length > 1) {
+    return { problem: { file, field: '', message: `holds ${docs.length} YAML documents; expected exactly one KubeletConfiguration` } };
+  }
+  return { doc: docs[0] };
+}
+
+function parseProblem(err: unknown, file: string): ConfigProblem {
+  const reason = isNodeletError(err) && typeof err.details.reason === 'string' ? err.details.reason : errorMessage(err);
+  return { file, field: '', message: reason };
 }
 
 async function readLayer(file: string, what: string, problems: ConfigProblem[], sources: string[]): Promise<ConfigLayer | undefined> {
   let text: string;
   try {
-    text = await fs.readFile(file, 'utf8');
+    // Bounded and non-blocking: a FIFO or device here is refused at once, never read.
+    text = await readBoundedText(file, { maxBytes: FILE_LIMITS.configFile, what });
   } catch (err) {
-    problems.push({ file, field: '', message: ioMessage(err, what) });
+    const reason = isNodeletError(err) && typeof err.details.reason === 'string' ? err.details.reason : errorMessage(err);
+    problems.push({ file, field: '', message: `${what} ${reason}` });
     return undefined;
   }
   sources.push(file);
-  const parsed = parseConfigText(text, file);
+  const parsed = await parseConfigTextAsync(text, file);
   if ('problem' in parsed) {
     problems.push(parsed.problem);
     return undefined;

@@ -6,12 +6,15 @@
  * unless the caller passes `allowInsecure`. Every error is CONFIG_INVALID and names the
  * file and the field, e.g. `<file>: users[0].user.client-certificate: cannot read /x: ENOENT`.
  *
- * Called once at startup; pure apart from reading files.
+ * Called once at startup; pure apart from reading files. Every file (the kubeconfig and
+ * the certificate, key and token files it names) is read by readBoundedTextSync: a FIFO or
+ * device is refused without a blocking open, a file over its limit without being read;
+ * the YAML is parsed within the bounds of bounded-parse.ts.
  */
-import fs from 'node:fs';
 import path from 'node:path';
-import { parse } from 'yaml';
-import { NodeletError } from '../errors.js';
+import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
+import { parseYamlSync } from '../system/bounded-parse.js';
+import { FILE_LIMITS, readBoundedTextSync } from '../system/safe-file.js';
 
 export interface ClusterAccess {
   /** The kubeconfig file (absolute), for messages. */
@@ -48,7 +51,11 @@ function isObj(v: unknown): v is Obj {
   return !!v && typeof v === 'object' && !Array.isArray(v);
 }
 
-function sysMessage(err: unknown): string {
+/** Why a file could not be read, without its name (the caller names it). */
+function readReason(err: unknown): string {
+  // An errno as it was (ENOENT, EACCES); a refusal (a FIFO, too large) in words.
+  if (isNodeletError(err) && typeof err.details.errno === 'string') return err.details.errno;
+  if (isNodeletError(err) && typeof err.details.reason === 'string') return err.details.reason;
   const e = err as { code?: string; message?: string };
   return e.code ?? e.message ?? String(err);
 }
@@ -81,15 +88,15 @@ function pem(file: string, obj: Obj, field: string, key: string): string | undef
   }
   const p = str(file, obj, field, key);
   if (p === undefined) return undefined;
-  return readRelative(file, `${field}.${key}`, p);
+  return readRelative(file, `${field}.${key}`, p, key, FILE_LIMITS.pem);
 }
 
-function readRelative(file: string, field: string, p: string): string {
+function readRelative(file: string, field: string, p: string, what: string, maxBytes: number): string {
   const abs = path.resolve(path.dirname(file), p);
   try {
-    return fs.readFileSync(abs, 'utf8');
+    return readBoundedTextSync(abs, { maxBytes, what });
   } catch (err) {
-    throw invalid(file, field, `cannot read ${abs}: ${sysMessage(err)}`);
+    throw invalid(file, field, `cannot read ${abs}: ${readReason(err)}`);
   }
 }
 
@@ -98,17 +105,18 @@ export function loadKubeconfig(file: string, opts: KubeconfigOptions = {}): Clus
   const abs = path.resolve(file);
   let text: string;
   try {
-    text = fs.readFileSync(abs, 'utf8');
+    text = readBoundedTextSync(abs, { maxBytes: FILE_LIMITS.kubeconfig, what: 'kubeconfig' });
   } catch (err) {
-    throw invalid(abs, '', `cannot read: ${sysMessage(err)}`);
+    throw invalid(abs, '', `cannot read: ${readReason(err)}`);
   }
-  let doc: unknown;
+  let docs: unknown[];
   try {
-    doc = parse(text);
+    docs = parseYamlSync(text, { file: abs, what: 'kubeconfig' });
   } catch (err) {
-    throw invalid(abs, '', `not valid YAML: ${(err as Error).message}`);
+    throw invalid(abs, '', `not valid YAML: ${isNodeletError(err) && typeof err.details.reason === 'string' ? err.details.reason : errorMessage(err)}`);
   }
-  return accessFrom(abs, doc, opts);
+  if (docs.length > 1) throw invalid(abs, '', `holds ${docs.length} YAML documents; expected one kubeconfig`);
+  return accessFrom(abs, docs[0], opts);
 }
 
 /** The decision part of loadKubeconfig, on an already parsed document (reads only referenced files). */
@@ -164,7 +172,7 @@ export function accessFrom(file: string, doc: unknown, opts: KubeconfigOptions =
     else {
       const tokenFile = str(file, user.value, user.field, 'tokenFile');
       if (tokenFile) {
-        const t = readRelative(file, `${user.field}.tokenFile`, tokenFile).trim();
+        const t = readRelative(file, `${user.field}.tokenFile`, tokenFile, 'tokenFile', FILE_LIMITS.token).trim();
         if (!t) throw invalid(file, `${user.field}.tokenFile`, `${path.resolve(path.dirname(file), tokenFile)} is empty`);
         access.token = t;
       }

@@ -13,10 +13,11 @@
  * file that is missing, unreadable or not a valid profile fails creation
  * (CreateContainerError), with a message that names the file.
  */
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Container, Pod, SeccompProfile } from 'kubernetes-types/core/v1.js';
 import { NodeletError, errorMessage } from '../errors.js';
+import { parseJsonBounded } from '../system/bounded-parse.js';
+import { FILE_LIMITS, readBoundedText } from '../system/safe-file.js';
 
 export type SeccompType = 'RuntimeDefault' | 'Unconfined' | 'Localhost';
 
@@ -99,7 +100,8 @@ export function profileProblems(doc: unknown): string[] {
   const action = (v: unknown, field: string, isDefault: boolean) => {
     if (typeof v !== 'string') problems.push(`${field}: must be a string action (SCMP_ACT_*)`);
     else if (NOTIFY_ACTIONS.has(v) && isDefault) problems.push(`${field}: ${v} cannot be the default action`);
-    else if (!ACTIONS.has(v) && !NOTIFY_ACTIONS.has(v)) problems.push(`${field}: unknown action "${v}"`);
+    // Only an upper-case name (what an action looks like) is quoted: the rest could be any file's content.
+    else if (!ACTIONS.has(v) && !NOTIFY_ACTIONS.has(v)) problems.push(`${field}: unknown action${/^[A-Z][A-Z0-9_]{0,39}$/.test(v) ? ` "${v}"` : ' (not an SCMP_ACT_* name)'}`);
   };
   action(p.defaultAction, 'defaultAction', true);
   if (p.defaultErrnoRet !== undefined && !Number.isInteger(p.defaultErrnoRet)) problems.push('defaultErrnoRet: must be an integer');
@@ -123,23 +125,24 @@ export function profileProblems(doc: unknown): string[] {
 
 /**
  * Reads and checks a Localhost profile before the container is created. Throws
- * CreateContainerError naming the file when it is missing, unreadable, not JSON, or not
- * an acceptable profile.
+ * CreateContainerError naming the file when it is missing, unreadable, not a regular file
+ * (a FIFO or device is refused without being read), over 1 MiB, outside `dir` (the
+ * seccomp directory; a symlink out of it is refused), not JSON, or not an acceptable
+ * profile. The message never quotes the file's content: it is a pod's status, which the
+ * read-only port serves to anyone (only positions and SCMP_* names appear).
  */
-export async function checkLocalhostProfile(file: string, container: string): Promise<void> {
+export async function checkLocalhostProfile(file: string, container: string, dir: string = path.dirname(file)): Promise<void> {
   let text: string;
   try {
-    text = await fs.readFile(file, 'utf8');
+    text = await readBoundedText(file, { maxBytes: FILE_LIMITS.seccompProfile, what: 'seccomp profile', confineTo: dir });
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const what = code === 'ENOENT' ? 'does not exist' : `cannot be read: ${errorMessage(err)}`;
-    throw createError(container, `seccomp profile ${file} ${what}`, err);
+    throw createError(container, errorMessage(err), err);
   }
   let doc: unknown;
   try {
-    doc = JSON.parse(text);
+    doc = parseJsonBounded(text, { file, what: 'seccomp profile' });
   } catch (err) {
-    throw createError(container, `seccomp profile ${file} is not valid JSON: ${errorMessage(err)}`, err);
+    throw createError(container, errorMessage(err));
   }
   const problems = profileProblems(doc);
   if (problems.length) throw createError(container, `seccomp profile ${file} is not a valid profile: ${problems.join('; ')}`);

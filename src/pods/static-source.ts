@@ -10,15 +10,22 @@
  * directory created later, editors that replace files). A malformed manifest is logged
  * once per version of the file, with the file and the reason, and skipped; the other pods
  * keep running.
+ *
+ * Every file is hostile: a FIFO, socket or device is skipped without being opened for
+ * reading, a symlink loop or unreadable file is logged once, a file over 1.5 MiB is
+ * refused by its size, and parsing is bounded (safe-file.ts, bounded-parse.ts). Files are
+ * handled one per turn of the event loop, and large ones parsed off the main thread, so
+ * a directory full of hostile files never stalls /healthz.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
-import { parse as parseYaml } from 'yaml';
-import { NodeletError, errorMessage } from '../errors.js';
+import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { parseYaml, parseYamlSync } from '../system/bounded-parse.js';
+import { FILE_LIMITS, fileKind, formatBytes, ioError, readBoundedText } from '../system/safe-file.js';
 import { validatePodManifest } from './pod-validation.js';
 
 export const ANN_CONFIG_SOURCE = 'kubernetes.io/config.source';
@@ -59,13 +66,38 @@ function defaultContainer(c: Container): Container {
  * message lists every problem, each naming the field.
  */
 export function podFromManifest(text: string, file: string, nodeName: string): Pod {
-  let doc: unknown;
+  let docs: unknown[];
   try {
-    // YAML is a superset of JSON: one parser for both.
-    doc = parseYaml(text, { version: '1.1', prettyErrors: true, uniqueKeys: true });
+    // YAML is a superset of JSON: one parser for both, bounded (see bounded-parse.ts).
+    docs = parseYamlSync(text, { file, what: MANIFEST });
   } catch (err) {
-    throw new NodeletError('INVALID_ARGUMENT', `${file}: cannot parse: ${errorMessage(err).split('\n')[0]}`, { file });
+    throw cannotParse(file, err);
   }
+  return podFromDocuments(docs, file, nodeName);
+}
+
+const MANIFEST = 'static pod manifest';
+
+function cannotParse(file: string, err: unknown): NodeletError {
+  const reason = isNodeletError(err) && typeof err.details.reason === 'string' ? err.details.reason : errorMessage(err).split('\n')[0];
+  return new NodeletError('INVALID_ARGUMENT', `${file}: cannot parse: ${reason}`, { file });
+}
+
+/** A manifest's text -> the static pod, parsed off the main thread when large (see bounded-parse.ts). */
+export async function podFromManifestAsync(text: string, file: string, nodeName: string): Promise<Pod> {
+  let docs: unknown[];
+  try {
+    docs = await parseYaml(text, { file, what: MANIFEST });
+  } catch (err) {
+    throw cannotParse(file, err);
+  }
+  return podFromDocuments(docs, file, nodeName);
+}
+
+/** The parsed documents of one manifest file -> the static pod (pure). */
+function podFromDocuments(docs: unknown[], file: string, nodeName: string): Pod {
+  if (docs.length > 1) throw new NodeletError('INVALID_ARGUMENT', `${file}: holds ${docs.length} YAML documents; a static pod manifest is one Pod`, { file });
+  const doc = docs[0];
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw new NodeletError('INVALID_ARGUMENT', `${file}: not a Pod manifest (a YAML or JSON object)`, { file });
   const problems = validatePodManifest(doc as Record<string, unknown>);
   if (problems.length) throw new NodeletError('INVALID_ARGUMENT', `${file}: ${problems.join('; ')}`, { file, problems });
@@ -106,7 +138,7 @@ export interface StaticPodSourceOptions {
 }
 
 interface FileState {
-  key: string; // mtime, size, inode: re-read only when it changes
+  key: string; // device, inode, size, mtime, mode (or the stat error): re-read only when it changes
   pod?: Pod;
 }
 
@@ -179,6 +211,42 @@ export class StaticPodSource {
     }
   }
 
+  /**
+   * One file's state: `prev` when its identity (device, inode, size, mtime) is unchanged,
+   * so a refused file is neither read nor logged again until it changes; undefined when
+   * it is gone or a directory. Only a regular file within the size limit is opened, and
+   * only through readBoundedText (a FIFO swapped in meanwhile is refused, not read).
+   */
+  async #decide(file: string, prev: FileState | undefined): Promise<FileState | undefined> {
+    const { logger, nodeName } = this.#o;
+    const skip = (key: string, err: unknown): FileState => {
+      logger.warn({ file, err: errorMessage(err) }, `skipping static pod manifest: ${errorMessage(err)}`);
+      return { key };
+    };
+    let st: fs.Stats;
+    try {
+      st = await fsp.stat(file); // follows symlinks; opens nothing
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return undefined; // removed since readdir (or a dangling symlink)
+      const key = `error:${code}`;
+      return prev?.key === key ? prev : skip(key, ioError(file, MANIFEST, err));
+    }
+    if (st.isDirectory()) return undefined;
+    const key = `${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.mode}`;
+    if (prev && prev.key === key) return prev;
+    if (!st.isFile()) return skip(key, new NodeletError('INVALID_ARGUMENT', `${MANIFEST} ${file} is ${fileKind(st)}, not a regular file: skipped without reading it`, { file }));
+    if (st.size > FILE_LIMITS.staticPodManifest) {
+      return skip(key, new NodeletError('INVALID_ARGUMENT', `${MANIFEST} ${file} is ${formatBytes(st.size)} (${st.size} bytes), over the ${formatBytes(FILE_LIMITS.staticPodManifest)} limit: skipped without reading it`, { file }));
+    }
+    try {
+      const text = await readBoundedText(file, { maxBytes: FILE_LIMITS.staticPodManifest, what: MANIFEST });
+      return { key, pod: await podFromManifestAsync(text, file, nodeName) };
+    } catch (err) {
+      return skip(key, err);
+    }
+  }
+
   async #scanOnce(): Promise<void> {
     const { dir, logger } = this.#o;
     let names: string[];
@@ -196,27 +264,14 @@ export class StaticPodSource {
     }
     const next = new Map<string, FileState>();
     for (const name of names) {
+      if (this.#stopped) return;
       const file = path.join(dir, name);
-      let st: fs.Stats;
-      try {
-        st = await fsp.stat(file);
-      } catch {
-        continue; // removed between readdir and stat
-      }
-      if (!st.isFile()) continue;
-      const key = `${st.mtimeMs}:${st.size}:${st.ino}`;
       const prev = this.#files.get(file);
-      if (prev && prev.key === key) {
-        next.set(file, prev);
-        continue;
-      }
-      try {
-        const pod = podFromManifest(await fsp.readFile(file, 'utf8'), file, this.#o.nodeName);
-        next.set(file, { key, pod });
-      } catch (err) {
-        logger.warn({ file, err: errorMessage(err) }, `skipping static pod manifest: ${errorMessage(err)}`);
-        next.set(file, { key });
-      }
+      const decided = await this.#decide(file, prev);
+      if (decided === undefined) continue;
+      next.set(file, decided);
+      // One file per turn of the event loop: 300 files never hold it for one long step.
+      if (decided !== prev) await new Promise<void>((resolve) => setImmediate(resolve));
     }
     this.#files = next;
 

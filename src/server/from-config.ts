@@ -8,13 +8,13 @@
  * refuses webhook authentication without a client. A standalone node uses x509 client
  * certificates with `AlwaysAllow`.
  */
-import fsp from 'node:fs/promises';
 import crypto from 'node:crypto';
 import type { Clock } from '../clock.js';
 import { parseDuration } from '../config/duration.js';
 import { isFeatureEnabled } from '../config/feature-gates.js';
 import type { KubeletConfiguration } from '../config/types.js';
 import { NodeletError, errorMessage } from '../errors.js';
+import { FILE_LIMITS, readBoundedText, readFailure } from '../system/safe-file.js';
 import { Authenticator, WebhookAuthorizer, alwaysAllow, type Authorizer, type ReviewClient } from './auth.js';
 
 export interface ServerAuth {
@@ -33,7 +33,12 @@ export async function buildServerAuth(config: AuthConfig, deps: { reviewClient?:
   const caFile = authn.x509.clientCAFile;
   if (caFile) {
     try {
-      clientCA = await fsp.readFile(caFile, 'utf8');
+      // Bounded and non-blocking: a FIFO or device named here is refused, never read.
+      clientCA = await readBoundedText(caFile, { maxBytes: FILE_LIMITS.pem, what: 'client CA file' });
+    } catch (err) {
+      throw new NodeletError('CONFIG_INVALID', `authentication.x509.clientCAFile "${caFile}": ${readFailure(err)}`, { field: 'authentication.x509.clientCAFile' }, { cause: err });
+    }
+    try {
       // Parse now: a bad CA would otherwise surface as every client being refused.
       new crypto.X509Certificate(clientCA);
     } catch (err) {

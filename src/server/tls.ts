@@ -20,8 +20,9 @@ import fsp from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import * as x509 from '@peculiar/x509';
-import { NodeletError, errorMessage } from '../errors.js';
+import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
+import { FILE_LIMITS, readBoundedText, readFailure } from '../system/safe-file.js';
 
 export const SELF_SIGNED_CERT_NAME = 'kubelet.crt';
 export const SELF_SIGNED_KEY_NAME = 'kubelet.key';
@@ -165,20 +166,25 @@ function usabilityProblem(certPem: string, sans: { dns: string[]; ips: string[] 
   return undefined;
 }
 
+/** A PEM file, bounded and non-blocking (a FIFO or device is refused, never read). */
+function readPemFile(file: string, what: string): Promise<string> {
+  return readBoundedText(file, { maxBytes: FILE_LIMITS.pem, what });
+}
+
 async function readPem(field: string, file: string): Promise<string> {
   try {
-    return await fsp.readFile(file, 'utf8');
+    return await readPemFile(file, field);
   } catch (err) {
-    throw new NodeletError('INVALID_ARGUMENT', `${field} "${file}": ${errorMessage(err)}`, { field, file }, { cause: err });
+    throw new NodeletError('INVALID_ARGUMENT', `${field} "${file}": ${readFailure(err)}`, { field, file }, { cause: err });
   }
 }
 
 async function readExisting(certFile: string, keyFile: string): Promise<{ ok: true; cert: string; key: string } | { ok: false; reason: string }> {
   try {
-    const [cert, key] = await Promise.all([fsp.readFile(certFile, 'utf8'), fsp.readFile(keyFile, 'utf8')]);
+    const [cert, key] = await Promise.all([readPemFile(certFile, 'serving certificate'), readPemFile(keyFile, 'serving key')]);
     return { ok: true, cert, key };
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+    if (isNodeletError(err, 'NOT_FOUND')) {
       // Both missing is the first start; one missing is worth a log line.
       const [c, k] = await Promise.all([exists(certFile), exists(keyFile)]);
       return { ok: false, reason: c || k ? `${c ? keyFile : certFile} is missing` : 'missing' };

@@ -86,3 +86,33 @@ describe('checkLocalhostProfile', () => {
     expect(err.message).toMatch(re);
   });
 });
+
+describe('checkLocalhostProfile with hostile files', () => {
+  const top = fs.mkdtempSync(path.join(os.tmpdir(), 'seccomp-hostile-'));
+  const dir = path.join(top, 'seccomp');
+  fs.mkdirSync(path.join(dir, 'sub'), { recursive: true });
+  const secret = path.join(top, 'secret.txt');
+  fs.writeFileSync(secret, '{"defaultAction":"TOP-SECRET-VALUE"}');
+  fs.writeFileSync(path.join(dir, 'plain.json'), 'TOP-SECRET-VALUE');
+  fs.writeFileSync(path.join(dir, 'good.json'), '{"defaultAction":"SCMP_ACT_ALLOW"}');
+  fs.symlinkSync(secret, path.join(dir, 'x.json'));
+  fs.symlinkSync('../good.json', path.join(dir, 'sub', 'in.json'));
+  fs.symlinkSync('/dev/zero', path.join(dir, 'zero.json'));
+  const failure = async (name: string) => (await checkLocalhostProfile(path.join(dir, name), 'c', dir).catch((e: unknown) => e)) as NodeletError;
+
+  it('a symlink out of <root-dir>/seccomp is refused (CreateContainerError naming the file), its content never read into the message', async () => {
+    const err = await failure('x.json');
+    expect(err.details.reason).toBe('CreateContainerError');
+    expect(err.message).toBe(`seccomp profile ${path.join(dir, 'x.json')} leaves the directory ${dir} (a symbolic link or .. pointing outside it): refused`);
+    await expect(checkLocalhostProfile(path.join(dir, 'sub', 'in.json'), 'c', dir)).resolves.toBeUndefined();
+  });
+
+  it('a device is refused without reading; content of a bad file never appears', async () => {
+    expect((await failure('zero.json')).message).toMatch(/is a character device, not a regular file/);
+    const bad = await failure('plain.json');
+    expect(bad.message).toMatch(/is not valid JSON: it has an unexpected character/);
+    expect(bad.message).not.toContain('SECRET');
+    fs.writeFileSync(path.join(dir, 'action.json'), '{"defaultAction":"top-secret value"}');
+    expect((await failure('action.json')).message).toBe(`seccomp profile ${path.join(dir, 'action.json')} is not a valid profile: defaultAction: unknown action (not an SCMP_ACT_* name)`);
+  });
+});

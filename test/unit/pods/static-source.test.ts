@@ -1,9 +1,10 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import { silentLogger } from '../../../src/log.js';
+import { silentLogger, type Logger } from '../../../src/log.js';
 import { podFromManifest, StaticPodSource } from '../../../src/pods/static-source.js';
 
 const yaml = (name: string, extra = '') => `apiVersion: v1
@@ -114,4 +115,37 @@ describe('StaticPodSource', () => {
     await src.scan();
     expect(sets.at(-1)!.map((p) => p.metadata!.name)).toEqual(['a-n']);
   });
+
+  it('hostile files are skipped without being read, each logged once per version, and the good pod stays', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'static-hostile-'));
+    const lines: string[] = [];
+    const logger = { warn: (_o: unknown, msg: string) => lines.push(msg), info: () => undefined } as unknown as Logger;
+    const sets: Pod[][] = [];
+    const src = new StaticPodSource({ dir, nodeName: 'n', logger, onChange: (p) => sets.push(p), rescanMs: 60_000 });
+    fs.writeFileSync(path.join(dir, 'good.yaml'), yaml('good'));
+    execFileSync('mkfifo', [path.join(dir, 'fifo.yaml')]);
+    fs.symlinkSync('/dev/zero', path.join(dir, 'zero.yaml'));
+    fs.symlinkSync('loop2.yaml', path.join(dir, 'loop1.yaml'));
+    fs.symlinkSync('loop1.yaml', path.join(dir, 'loop2.yaml'));
+    fs.writeFileSync(path.join(dir, 'deep.yaml'), '['.repeat(10_000) + ']'.repeat(10_000));
+    // 2 MiB, sparse: refused by its size.
+    fs.truncateSync((fs.writeFileSync(path.join(dir, 'huge.yaml'), ''), path.join(dir, 'huge.yaml')), 2 * 1024 * 1024);
+    await src.scan();
+    await src.scan();
+    expect(sets.at(-1)!.map((p) => p.metadata!.name)).toEqual(['good-n']);
+    const named = (f: string) => lines.filter((l) => l.includes(path.join(dir, f)));
+    for (const f of ['fifo.yaml', 'zero.yaml', 'loop1.yaml', 'loop2.yaml', 'deep.yaml', 'huge.yaml']) expect(named(f), f).toHaveLength(1);
+    expect(named('fifo.yaml')[0]).toMatch(/is a FIFO, not a regular file: skipped without reading it/);
+    expect(named('zero.yaml')[0]).toMatch(/is a character device/);
+    expect(named('loop1.yaml')[0]).toMatch(/symlink loop/);
+    expect(named('deep.yaml')[0]).toMatch(/cannot parse: nested deeper than 100 levels/);
+    expect(named('huge.yaml')[0]).toMatch(/is 2 MiB \(2097152 bytes\), over the 1.5 MiB limit: skipped without reading it/);
+    // A new version of a refused file is read again.
+    fs.rmSync(path.join(dir, 'fifo.yaml'));
+    fs.writeFileSync(path.join(dir, 'fifo.yaml'), yaml('other'));
+    await src.scan();
+    expect(sets.at(-1)!.map((p) => p.metadata!.name).sort()).toEqual(['good-n', 'other-n']);
+    fs.rmSync(dir, { recursive: true });
+  });
 });
+
