@@ -119,3 +119,41 @@ export interface Service {
   start(signal: AbortSignal): void | Promise<unknown>;
   stop(): Promise<void>;
 }
+
+/**
+ * Base of the objects that own one Loop (node status, lease, mirror pods, pod status,
+ * runtime health, watchdog): `syncOnce()` is their turn, `nextDelayMs()` the delay after
+ * it; start/stop are the loop's. Constructing one starts nothing.
+ */
+export abstract class LoopOwner {
+  readonly #loop: Loop;
+
+  constructor(name: string, clock: Clock, logger?: Logger) {
+    this.#loop = new Loop({ name, turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock, ...(logger ? { logger } : {}) });
+  }
+
+  /** One turn (tests call it directly). Should not throw: owners log and retry their own faults. */
+  abstract syncOnce(): Promise<unknown>;
+
+  /** The delay before the next turn, asked after each one. */
+  abstract nextDelayMs(): number;
+
+  get running(): boolean {
+    return this.#loop.running;
+  }
+
+  /** Starts the loop, first turn at once; it also ends when `signal` aborts. Idempotent. */
+  start(signal?: AbortSignal): void {
+    this.#loop.start(signal);
+  }
+
+  /** Stops the loop and waits for the turn in flight. Idempotent. */
+  stop(): Promise<void> {
+    return this.#loop.stop();
+  }
+
+  /** Cuts the current sleep short: the next turn runs now. */
+  protected wake(): void {
+    this.#loop.wake();
+  }
+}

@@ -13,7 +13,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { Loop } from '../loop.js';
+import { LoopOwner } from '../loop.js';
 import { podKey } from './manager.js';
 import { ANN_CONFIG_HASH } from './static-source.js';
 
@@ -87,17 +87,16 @@ export interface MirrorPodsOptions {
   periodMs?: number;
 }
 
-export class MirrorPods {
+export class MirrorPods extends LoopOwner {
   readonly #o: Required<MirrorPodsOptions>;
-  readonly #loop: Loop;
   #static: Pod[] = [];
   #api: Pod[] | undefined;
   #nodeUid: string | undefined;
   readonly #reported = new Map<string, string>();
 
   constructor(o: MirrorPodsOptions) {
+    super('mirror-pods', o.clock ?? realClock);
     this.#o = { clock: realClock, periodMs: 1000, ...o };
-    this.#loop = new Loop({ name: 'mirror-pods', turn: () => this.syncOnce(), delayMs: () => this.#o.periodMs, clock: this.#o.clock });
   }
 
   setStaticPods(pods: Pod[]): void {
@@ -109,12 +108,8 @@ export class MirrorPods {
     this.#api = pods;
   }
 
-  start(signal?: AbortSignal): void {
-    this.#loop.start(signal);
-  }
-
-  stop(): Promise<void> {
-    return this.#loop.stop();
+  nextDelayMs(): number {
+    return this.#o.periodMs;
   }
 
   /** One turn. Never throws: failures are logged once each and retried on the next turn. */

@@ -24,6 +24,8 @@ import path from 'node:path';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { realClock } from '../clock.js';
+import { LoopOwner } from '../loop.js';
 import { parseYaml, parseYamlSync } from '../system/bounded-parse.js';
 import { FILE_LIMITS, fileKind, formatBytes, ioError, readBoundedText } from '../system/safe-file.js';
 import { validatePodManifest } from './pod-validation.js';
@@ -142,14 +144,13 @@ interface FileState {
   pod?: Pod;
 }
 
-export class StaticPodSource {
+export class StaticPodSource extends LoopOwner {
   readonly #o: Required<StaticPodSourceOptions>;
   #files = new Map<string, FileState>();
   #current = '';
   #delivered = false;
   #dupLogged = new Set<string>();
   #pods: Pod[] = [];
-  #timer: NodeJS.Timeout | undefined;
   #watcher: fs.FSWatcher | undefined;
   #scanning: Promise<void> | undefined;
   #again = false;
@@ -157,6 +158,7 @@ export class StaticPodSource {
   #stopped = false;
 
   constructor(o: StaticPodSourceOptions) {
+    super('static-pods', realClock, o.logger);
     this.#o = { rescanMs: 1000, ...o };
   }
 
@@ -165,18 +167,26 @@ export class StaticPodSource {
     return this.#pods;
   }
 
-  /** First scan (its result is delivered before this resolves), then watch + rescan. */
-  async start(): Promise<void> {
+  /** First scan (its result is delivered before this resolves), then the loop: a rescan every rescanMs, at once on an inotify event. */
+  override async start(signal?: AbortSignal): Promise<void> {
     await this.scan();
-    this.#timer = setInterval(() => void this.scan(), this.#o.rescanMs);
-    this.#timer.unref();
+    super.start(signal);
   }
 
-  stop(): void {
+  override async stop(): Promise<void> {
     this.#stopped = true;
-    clearInterval(this.#timer);
     this.#watcher?.close();
     this.#watcher = undefined;
+    await super.stop();
+  }
+
+  /** The loop's turn: one scan. */
+  syncOnce(): Promise<void> {
+    return this.scan();
+  }
+
+  nextDelayMs(): number {
+    return this.#o.rescanMs;
   }
 
   /** One scan; concurrent requests coalesce into one more run. */
@@ -201,7 +211,7 @@ export class StaticPodSource {
   #ensureWatch(): void {
     if (this.#watcher || this.#stopped) return;
     try {
-      this.#watcher = fs.watch(this.#o.dir, { persistent: false }, () => void this.scan());
+      this.#watcher = fs.watch(this.#o.dir, { persistent: false }, () => this.wake());
       this.#watcher.on('error', () => {
         this.#watcher?.close();
         this.#watcher = undefined;

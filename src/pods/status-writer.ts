@@ -16,7 +16,7 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { Loop } from '../loop.js';
+import { LoopOwner } from '../loop.js';
 import { podKey } from './manager.js';
 import { isMirrorPod } from './mirror.js';
 
@@ -46,9 +46,8 @@ export interface PodStatusWriterOptions {
 
 const TERMINAL = new Set(['Succeeded', 'Failed']);
 
-export class PodStatusWriter {
+export class PodStatusWriter extends LoopOwner {
   readonly #o: Required<PodStatusWriterOptions>;
-  readonly #loop: Loop;
   /** The control plane's pods for this node, as last listed or watched (deleting ones included). */
   #apiPods: Pod[] = [];
   /** Per UID: the status last written (JSON), and its top-level keys. */
@@ -58,8 +57,8 @@ export class PodStatusWriter {
   readonly #failures = new Map<string, string>();
 
   constructor(o: PodStatusWriterOptions) {
+    super('pod-status', o.clock ?? realClock);
     this.#o = { clock: realClock, periodMs: 1000, ...o };
-    this.#loop = new Loop({ name: 'pod-status', turn: () => this.syncOnce(), delayMs: () => this.#o.periodMs, clock: this.#o.clock });
   }
 
   /** The control plane's full set of this node's pods (from the reflector). */
@@ -67,12 +66,8 @@ export class PodStatusWriter {
     this.#apiPods = pods;
   }
 
-  start(signal?: AbortSignal): void {
-    this.#loop.start(signal);
-  }
-
-  stop(): Promise<void> {
-    return this.#loop.stop();
+  nextDelayMs(): number {
+    return this.#o.periodMs;
   }
 
   /** One turn: write changed statuses, finish deletions. Never throws. */

@@ -10,7 +10,7 @@
  */
 import type { Clock } from '../clock.js';
 import { backoffDelay } from '../clock.js';
-import { Loop } from '../loop.js';
+import { LoopOwner } from '../loop.js';
 import { errorMessage } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { RuntimeService, RuntimeStatusInfo, VersionInfo } from './types.js';
@@ -122,17 +122,17 @@ export interface RuntimeHealthOptions {
   onChange?: (state: RuntimeState, previous: RuntimeState) => void;
 }
 
-export class RuntimeHealth {
+export class RuntimeHealth extends LoopOwner {
   #state: RuntimeState = INITIAL_RUNTIME_STATE;
   #failures = 0;
-  readonly #loop: Loop;
   readonly #o: Required<Omit<RuntimeHealthOptions, 'onChange' | 'logger' | 'endpoint'>> & Pick<RuntimeHealthOptions, 'onChange' | 'endpoint'>;
   readonly #log: Logger;
 
   constructor(o: RuntimeHealthOptions) {
+    const log = (o.logger ?? silentLogger()).child({ component: 'runtime-health' });
+    super('runtime-health', o.clock, log);
     this.#o = { intervalMs: 5000, backoffBaseMs: 1000, backoffMaxMs: 5000, ...o };
-    this.#log = (o.logger ?? silentLogger()).child({ component: 'runtime-health' });
-    this.#loop = new Loop({ name: 'runtime-health', turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock, logger: this.#log });
+    this.#log = log;
   }
 
   /** The last known state (a frozen snapshot). */
@@ -179,15 +179,5 @@ export class RuntimeHealth {
   nextDelayMs(): number {
     if (this.#failures === 0) return this.#o.intervalMs;
     return backoffDelay(this.#failures - 1, this.#o.backoffBaseMs, this.#o.backoffMaxMs);
-  }
-
-  /** Starts the loop (first check at once); it also ends when `signal` aborts. Idempotent while running. */
-  start(signal?: AbortSignal): void {
-    this.#loop.start(signal);
-  }
-
-  /** Stops the loop and waits for an in-flight check to finish. Idempotent. */
-  stop(): Promise<void> {
-    return this.#loop.stop();
   }
 }

@@ -14,12 +14,12 @@
  * as streams, LOG_CHUNK bytes at a time (backwards for `tailLines`), never whole, with no
  * limit on record or line length, and only a regular file is opened.
  */
-import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
-import { NodeletError } from '../errors.js';
+import { isNodeletError, NodeletError } from '../errors.js';
+import { openRegularFile, readFailure } from '../system/safe-file.js';
 import type { PodLookup } from '../pods/lookup.js';
 
 export interface LogOptions {
@@ -330,18 +330,6 @@ export function logTarget(pods: PodLookup, podLogsDir: string, namespace: string
   return { file: path.join(dir, `${restarts}.log`), running: () => stillRunning(pods.getPod(namespace, name)) };
 }
 
-const OPEN_FLAGS = fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | fs.constants.O_NOFOLLOW;
-
-function fileKind(st: fs.Stats): string {
-  if (st.isFIFO()) return 'a FIFO';
-  if (st.isSymbolicLink()) return 'a symbolic link';
-  if (st.isCharacterDevice()) return 'a character device';
-  if (st.isBlockDevice()) return 'a block device';
-  if (st.isSocket()) return 'a socket';
-  if (st.isDirectory()) return 'a directory';
-  return 'not a regular file';
-}
-
 /**
  * Opens the target's log file. A missing one is a 404 naming the container. Only a regular
  * file is read: anything else planted at the path (a FIFO, a device, a symbolic link) is
@@ -350,25 +338,11 @@ function fileKind(st: fs.Stats): string {
  */
 export async function openLog(target: LogTarget, container: string): Promise<fsp.FileHandle> {
   const name = path.basename(target.file);
-  const refuse = (st: fs.Stats) => new NodeletError('INTERNAL', `log file ${name} of container "${container}" is ${fileKind(st)}, not a regular file: refusing to read it`, { param: 'container' });
-  let fh: fsp.FileHandle;
   try {
-    const st = await fsp.lstat(target.file);
-    if (!st.isFile()) throw refuse(st);
-    fh = await fsp.open(target.file, OPEN_FLAGS);
+    return (await openRegularFile(target.file, { what: 'log file', noFollow: true })).handle;
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new NodeletError('NOT_FOUND', `container "${container}" has no log file ${name}`, { param: 'container' });
-    if (code === 'ELOOP') throw new NodeletError('INTERNAL', `log file ${name} of container "${container}" is a symbolic link, not a regular file: refusing to read it`, { param: 'container' });
-    throw err;
-  }
-  try {
-    const st = await fh.stat();
-    if (!st.isFile()) throw refuse(st);
-    return fh;
-  } catch (err) {
-    await fh.close();
-    throw err;
+    if (isNodeletError(err, 'NOT_FOUND')) throw new NodeletError('NOT_FOUND', `container "${container}" has no log file ${name}`, { param: 'container' });
+    throw new NodeletError('INTERNAL', `log file ${name} of container "${container}" ${readFailure(err)}`, { param: 'container' });
   }
 }
 

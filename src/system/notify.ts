@@ -11,7 +11,7 @@ import { NodeletError } from '../errors.js';
 import type { Clock } from '../clock.js';
 import type { HealthRegistry } from '../health/checks.js';
 import type { Logger } from '../log.js';
-import { Loop } from '../loop.js';
+import { LoopOwner } from '../loop.js';
 
 export interface Notifier {
   readonly enabled: boolean;
@@ -65,14 +65,17 @@ export function watchdogIntervalFromEnv(env: NodeJS.ProcessEnv = process.env, pi
  * stops the pings (and is logged), so systemd kills and restarts a nodelet that is up
  * but no longer working; a frozen event loop stops them by itself.
  */
-export class WatchdogLoop {
+export class WatchdogLoop extends LoopOwner {
   #failing = false;
-  readonly #loop: Loop;
 
   constructor(
     private readonly deps: { notifier: Notifier; health: HealthRegistry; timeoutMs: number; clock: Clock; logger: Logger },
   ) {
-    this.#loop = new Loop({ name: 'watchdog', turn: () => this.syncOnce(), delayMs: () => this.periodMs, clock: deps.clock, logger: deps.logger });
+    super('watchdog', deps.clock, deps.logger);
+  }
+
+  nextDelayMs(): number {
+    return this.periodMs;
   }
 
   get periodMs(): number {
@@ -92,13 +95,5 @@ export class WatchdogLoop {
     if (!this.#failing) this.deps.logger.warn({ failed }, `health checks fail (${failed.join('; ')}); watchdog pings withheld`);
     this.#failing = true;
     return false;
-  }
-
-  start(signal?: AbortSignal): void {
-    this.#loop.start(signal);
-  }
-
-  stop(): Promise<void> {
-    return this.#loop.stop();
   }
 }

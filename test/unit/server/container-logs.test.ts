@@ -326,13 +326,13 @@ describe('openLog', () => {
   it('refuses a FIFO at once (never waits for a writer), a symbolic link, a directory and a device', async () => {
     const fifo = path.join(dir, 'fifo.log');
     execFileSync('mkfifo', [fifo]);
-    await expect(openLog({ file: fifo, running: () => true }, 'app')).rejects.toThrow(expect.objectContaining({ code: 'INTERNAL', message: 'log file fifo.log of container "app" is a FIFO, not a regular file: refusing to read it' }));
+    await expect(openLog({ file: fifo, running: () => true }, 'app')).rejects.toThrow(expect.objectContaining({ code: 'INTERNAL', message: 'log file fifo.log of container "app" is a FIFO, not a regular file: refused without reading it' }));
     const real = path.join(dir, 'real.log');
     fs.writeFileSync(real, `${T1} stdout F secret\n`);
     const link = path.join(dir, 'link.log');
     fs.symlinkSync(real, link);
     await expect(openLog({ file: link, running: () => true }, 'app')).rejects.toThrow('log file link.log of container "app" is a symbolic link, not a regular file');
-    await expect(openLog({ file: dir, running: () => true }, 'app')).rejects.toThrow('is a directory, not a regular file');
+    await expect(openLog({ file: dir, running: () => true }, 'app')).rejects.toThrow('is a directory, expected a file');
     await expect(openLog({ file: '/dev/null', running: () => true }, 'app')).rejects.toThrow('log file null of container "app" is a character device, not a regular file');
   });
 });
