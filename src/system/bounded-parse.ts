@@ -18,8 +18,8 @@
  * - more than 100 aliases (`maxAliasCount`), and an alias inside the node it names;
  * - duplicate keys (checked here in linear time; the library's own check is quadratic).
  *
- * Where: a text up to 8 KiB (every real manifest; at most ~20 ms of work) is parsed on
- * the calling thread. A larger one is parsed off the main thread by parseYaml(), in one
+ * Where: a text up to 1 KiB (PARSE_LIMITS.mainThreadBytes: a few ms at most; at 8 KiB,
+ * 110 dense files held the event loop up to ~190 ms) is parsed on the calling thread. A larger one is parsed off the main thread by parseYaml(), in one
  * worker_threads Worker with a 64 MiB heap and a 2 s deadline: past the deadline or the
  * heap, the worker is terminated and the file refused, so the event loop never waits for
  * a parse. The worker ends after 1 s idle. parseYamlSync() is for synchronous callers
