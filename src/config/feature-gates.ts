@@ -1,63 +1,26 @@
 /**
- * Feature gates nodelet knows, with the kubelet's defaults (Kubernetes 1.32 unless noted),
- * and the rules the kubelet applies to them: an unknown name is an error
- * ("unrecognized feature gate"), a gate locked to its default cannot be changed, and
+ * Feature gates as the kubelet has them: every gate a Kubernetes kubelet registers (its
+ * own, component-base's, the apiserver's and client-go's; the table is
+ * feature-gates-table.ts, for KUBERNETES_VERSION), and the rules the kubelet applies to
+ * them: an unknown name is an error ("unrecognized feature gate"), a gate locked to its
+ * default cannot be changed, setting a GA or deprecated gate is a warning, and
  * `AllAlpha` / `AllBeta` switch every alpha / beta gate not set explicitly.
  *
  * The effective config's `featureGates` holds only explicit settings; code asks
  * isFeatureEnabled() for the value in force.
  */
 import { NodeletError } from '../errors.js';
+import { FEATURE_GATE_TABLE, KUBERNETES_VERSION, REMOVED_FEATURE_GATES, type FeatureGateEntry, type FeatureStage } from './feature-gates-table.js';
 
-export type FeatureStage = 'ALPHA' | 'BETA' | 'GA' | 'DEPRECATED';
+export { KUBERNETES_VERSION, type FeatureStage };
 
-export interface FeatureSpec {
-  readonly default: boolean;
-  readonly stage: FeatureStage;
-  /** GA (or removed-behaviour) gates the kubelet refuses to set to anything but the default. */
-  readonly lockToDefault?: boolean;
-}
+export type FeatureSpec = FeatureGateEntry;
 
 /** Meta gates: set every alpha / beta gate that is not set explicitly. */
 const ALL_ALPHA = 'AllAlpha';
 const ALL_BETA = 'AllBeta';
 
-export const KNOWN_FEATURE_GATES: Readonly<Record<string, FeatureSpec>> = Object.freeze({
-  [ALL_ALPHA]: { default: false, stage: 'ALPHA' },
-  [ALL_BETA]: { default: false, stage: 'BETA' },
-  /** POST /checkpoint/{ns}/{pod}/{container} (beta and on by default since 1.30). */
-  ContainerCheckpoint: { default: true, stage: 'BETA' },
-  KubeletSeparateDiskGC: { default: true, stage: 'BETA' },
-  SidecarContainers: { default: true, stage: 'BETA' },
-  GracefulNodeShutdown: { default: true, stage: 'BETA' },
-  GracefulNodeShutdownBasedOnPodPriority: { default: true, stage: 'BETA' },
-  NodeSwap: { default: true, stage: 'BETA' },
-  KubeletTracing: { default: true, stage: 'BETA' },
-  SystemdWatchdog: { default: true, stage: 'BETA' },
-  RecursiveReadOnlyMounts: { default: true, stage: 'BETA' },
-  CPUManagerPolicyBetaOptions: { default: true, stage: 'BETA' },
-  TopologyManagerPolicyOptions: { default: true, stage: 'BETA' },
-  MemoryManager: { default: true, stage: 'BETA' },
-  ProcMountType: { default: false, stage: 'BETA' },
-  UserNamespacesSupport: { default: false, stage: 'BETA' },
-  InPlacePodVerticalScaling: { default: false, stage: 'ALPHA' },
-  MemoryQoS: { default: false, stage: 'ALPHA' },
-  PodAndContainerStatsFromCRI: { default: false, stage: 'ALPHA' },
-  ImageVolume: { default: false, stage: 'ALPHA' },
-  KubeletCrashLoopBackOffMax: { default: false, stage: 'ALPHA' },
-  KubeletEnsureSecretPulledImages: { default: false, stage: 'ALPHA' },
-  CPUManagerPolicyAlphaOptions: { default: false, stage: 'ALPHA' },
-  KubeletPodResourcesGet: { default: false, stage: 'ALPHA' },
-  KubeletPodResourcesDynamicResources: { default: false, stage: 'ALPHA' },
-  DynamicResourceAllocation: { default: false, stage: 'BETA' },
-  KubeletCgroupDriverFromCRI: { default: true, stage: 'BETA' },
-  PodLifecycleSleepAction: { default: true, stage: 'BETA' },
-  LocalStorageCapacityIsolationFSQuotaMonitoring: { default: false, stage: 'BETA' },
-  CPUCFSQuotaPeriod: { default: false, stage: 'ALPHA' },
-  // GA since 1.31 and locked on: setting them false is an error, as in the kubelet.
-  DisableCloudProviders: { default: true, stage: 'GA', lockToDefault: true },
-  DisableKubeletCloudCredentialProviders: { default: true, stage: 'GA', lockToDefault: true },
-} satisfies Record<string, FeatureSpec>);
+export const KNOWN_FEATURE_GATES: Readonly<Record<string, FeatureSpec>> = FEATURE_GATE_TABLE;
 
 /**
  * Why `name=value` cannot be set, in the kubelet's words, or undefined when it can.
@@ -65,10 +28,27 @@ export const KNOWN_FEATURE_GATES: Readonly<Record<string, FeatureSpec>> = Object
  */
 export function featureGateProblem(name: string, value: boolean): string | undefined {
   const spec = Object.hasOwn(KNOWN_FEATURE_GATES, name) ? KNOWN_FEATURE_GATES[name] : undefined;
-  if (!spec) return `unrecognized feature gate: ${name}`;
+  if (!spec) {
+    if (Object.hasOwn(REMOVED_FEATURE_GATES, name)) {
+      const removedIn = REMOVED_FEATURE_GATES[name]!.removedIn;
+      return `unrecognized feature gate: ${name} (it was removed from Kubernetes ${removedIn ? `in ${removedIn}` : `before ${KUBERNETES_VERSION}`})`;
+    }
+    return `unrecognized feature gate: ${name}`;
+  }
   if (spec.lockToDefault && value !== spec.default) {
     return `cannot set feature gate ${name} to ${value}, feature is locked to ${spec.default}`;
   }
+  return undefined;
+}
+
+/**
+ * The kubelet's warning for setting `name` to `value`, or undefined: GA and deprecated
+ * gates still accepted are going away. Words as component-base's featuregate logs them.
+ */
+export function featureGateWarning(name: string, value: boolean): string | undefined {
+  const spec = Object.hasOwn(KNOWN_FEATURE_GATES, name) ? KNOWN_FEATURE_GATES[name] : undefined;
+  if (spec?.stage === 'DEPRECATED') return `Setting deprecated feature gate ${name}=${value}. It will be removed in a future release.`;
+  if (spec?.stage === 'GA') return `Setting GA feature gate ${name}=${value}. It will be removed in a future release.`;
   return undefined;
 }
 

@@ -6,6 +6,7 @@
 import { applyDefaults } from './defaults.js';
 import { normalizeDuration } from './duration.js';
 import { applyMergePatch, flattenOrigins, isJsonObject, originOf, type JsonObject, type OriginTree } from './merge.js';
+import { featureGateProblem, featureGateWarning } from './feature-gates.js';
 import { durationPaths } from './schema.js';
 import type { ConfigProblem, KubeletConfiguration } from './types.js';
 import { checkDocument, validateConfig } from './validate.js';
@@ -63,6 +64,16 @@ export function resolveConfig(layers: readonly ConfigLayer[]): ResolvedConfig {
     }
   }
   problems.push(...validateConfig(merged, (p) => originOf(tree, p) ?? 'default'));
+  // The kubelet warns when a GA or deprecated gate is set (it is going away); a gate that
+  // cannot be set at all is already a problem above.
+  const gates = merged.featureGates;
+  if (isJsonObject(gates)) {
+    for (const [name, value] of Object.entries(gates)) {
+      if (typeof value !== 'boolean' || featureGateProblem(name, value)) continue;
+      const message = featureGateWarning(name, value);
+      if (message) warnings.push({ file: originOf(tree, ['featureGates', name]) ?? 'default', field: `featureGates.${name}`, message });
+    }
+  }
   const origins = flattenOrigins(merged, tree);
   return { config: deepFreeze(merged) as unknown as KubeletConfiguration, origins, problems, warnings };
 }

@@ -12,7 +12,10 @@
  *
  * Fields marked "accepted" (and the block of other v1beta1 fields at the end) are kubelet
  * fields nodelet reads (type-checked, kept, shown by `config view`) but does not act on;
- * they are accepted so that existing kubelet configuration files load unchanged.
+ * they are accepted so that existing kubelet configuration files load unchanged. Those the
+ * kubelet defaults are defaulted the same way (defaults.ts), so they are required here;
+ * `crashLoopBackOff.maxContainerRestartPeriod` and `imagePullCredentialsVerificationPolicy`
+ * are defaulted only while their feature gate is on, as in the kubelet.
  */
 
 export const KUBELET_API_VERSION = 'kubelet.config.k8s.io/v1beta1';
@@ -45,10 +48,10 @@ export interface KubeletConfiguration {
   syncFrequency: string;
   /** How often staticPodPath is re-read (default 20s). */
   fileCheckFrequency: string;
-  /** accepted */ httpCheckFrequency?: string;
+  /** accepted */ httpCheckFrequency: string;
   maxPods: number;
   /** accepted */ podsPerCore?: number;
-  /** accepted */ podPidsLimit?: number;
+  /** accepted */ podPidsLimit: number;
   podLogsDir: string;
 
   // --- container runtime
@@ -65,7 +68,7 @@ export interface KubeletConfiguration {
   memorySwap: { swapBehavior?: SwapBehavior };
 
   // --- servers
-  /** accepted */ enableServer?: boolean;
+  /** accepted */ enableServer: boolean;
   address: string;
   port: number;
   /** 0 disables the read-only port. */
@@ -83,25 +86,27 @@ export interface KubeletConfiguration {
   authorization: KubeletAuthorization;
   enableDebuggingHandlers: boolean;
   /** accepted */ enableContentionProfiling?: boolean;
-  /** accepted */ enableProfilingHandler?: boolean;
-  /** accepted */ enableDebugFlagsHandler?: boolean;
-  /** accepted */ enableSystemLogHandler?: boolean;
+  /** accepted */ enableProfilingHandler: boolean;
+  /** accepted */ enableDebugFlagsHandler: boolean;
+  /** accepted */ enableSystemLogHandler: boolean;
   /** accepted */ enableSystemLogQuery?: boolean;
 
   // --- cluster
   clusterDomain?: string;
   clusterDNS?: string[];
-  /** accepted */ resolvConf?: string;
+  /** The host's resolver config for `Default` DNS; '' = none. Default /etc/resolv.conf. */
+  resolvConf: string;
   /** accepted */ providerID?: string;
-  /** accepted */ registerNode?: boolean;
+  /** accepted */ registerNode: boolean;
   /** accepted */ registerWithTaints?: unknown[];
-  /** accepted */ podCIDR?: string;
+  /** Standalone: the pod CIDR nodelet gives the runtime (UpdateRuntimeConfig); connected, the Node's spec.podCIDR. */
+  podCIDR?: string;
 
   // --- node status and lease
   nodeStatusUpdateFrequency: string;
   nodeStatusReportFrequency: string;
   nodeLeaseDurationSeconds: number;
-  /** accepted */ nodeStatusMaxImages?: number;
+  /** accepted */ nodeStatusMaxImages: number;
 
   // --- eviction and reservations
   /** Signal -> quantity or percentage. Unset: the kubelet defaults; set: only the signals given (see defaults.ts). */
@@ -109,78 +114,78 @@ export interface KubeletConfiguration {
   mergeDefaultEvictionSettings: boolean;
   /** accepted */ evictionSoft?: Record<string, string>;
   /** accepted */ evictionSoftGracePeriod?: Record<string, string>;
-  /** accepted */ evictionPressureTransitionPeriod?: string;
+  /** accepted */ evictionPressureTransitionPeriod: string;
   /** accepted */ evictionMaxPodGracePeriod?: number;
   /** accepted */ evictionMinimumReclaim?: Record<string, string>;
   /** accepted */ systemReserved?: Record<string, string>;
   /** accepted */ kubeReserved?: Record<string, string>;
   /** accepted */ reservedSystemCPUs?: string;
-  /** accepted */ enforceNodeAllocatable?: string[];
+  /** accepted */ enforceNodeAllocatable: string[];
 
   // --- features
   /** Gates set explicitly (file or --feature-gates). Effective values: isFeatureEnabled(). */
   featureGates: Record<string, boolean>;
 
   // --- other kubelet v1beta1 fields: accepted (type-checked and kept), not acted on
-  oomScoreAdj?: number;
-  streamingConnectionIdleTimeout?: string;
-  registryPullQPS?: number;
-  registryBurst?: number;
-  eventRecordQPS?: number;
-  eventBurst?: number;
-  kubeAPIQPS?: number;
-  kubeAPIBurst?: number;
-  contentType?: string;
-  imageMinimumGCAge?: string;
+  oomScoreAdj: number;
+  streamingConnectionIdleTimeout: string;
+  registryPullQPS: number;
+  registryBurst: number;
+  eventRecordQPS: number;
+  eventBurst: number;
+  kubeAPIQPS: number;
+  kubeAPIBurst: number;
+  contentType: string;
+  imageMinimumGCAge: string;
   imageMaximumGCAge?: string;
-  imageGCHighThresholdPercent?: number;
-  imageGCLowThresholdPercent?: number;
+  imageGCHighThresholdPercent: number;
+  imageGCLowThresholdPercent: number;
   imagePullCredentialsVerificationPolicy?: string;
   preloadedImagesVerificationAllowlist?: string[];
-  volumeStatsAggPeriod?: string;
-  volumePluginDir?: string;
+  volumeStatsAggPeriod: string;
+  volumePluginDir: string;
   kubeletCgroups?: string;
   systemCgroups?: string;
   cgroupRoot?: string;
-  cgroupsPerQOS?: boolean;
-  cpuManagerPolicy?: string;
+  cgroupsPerQOS: boolean;
+  cpuManagerPolicy: string;
   cpuManagerPolicyOptions?: Record<string, string>;
-  cpuManagerReconcilePeriod?: string;
-  memoryManagerPolicy?: string;
-  topologyManagerPolicy?: string;
-  topologyManagerScope?: string;
+  cpuManagerReconcilePeriod: string;
+  memoryManagerPolicy: string;
+  topologyManagerPolicy: string;
+  topologyManagerScope: string;
   topologyManagerPolicyOptions?: Record<string, string>;
   qosReserved?: Record<string, string>;
   singleProcessOOMKill?: boolean;
   runOnce?: boolean;
-  cpuCFSQuota?: boolean;
-  cpuCFSQuotaPeriod?: string;
-  maxOpenFiles?: number;
-  enableControllerAttachDetach?: boolean;
+  cpuCFSQuota: boolean;
+  cpuCFSQuotaPeriod: string;
+  maxOpenFiles: number;
+  enableControllerAttachDetach: boolean;
   protectKernelDefaults?: boolean;
-  makeIPTablesUtilChains?: boolean;
-  iptablesMasqueradeBit?: number;
-  iptablesDropBit?: number;
-  containerLogMaxSize?: string;
-  containerLogMaxFiles?: number;
-  containerLogMaxWorkers?: number;
-  containerLogMonitorInterval?: string;
-  configMapAndSecretChangeDetectionStrategy?: string;
+  makeIPTablesUtilChains: boolean;
+  iptablesMasqueradeBit: number;
+  iptablesDropBit: number;
+  containerLogMaxSize: string;
+  containerLogMaxFiles: number;
+  containerLogMaxWorkers: number;
+  containerLogMonitorInterval: string;
+  configMapAndSecretChangeDetectionStrategy: string;
   showHiddenMetricsForVersion?: string;
   systemReservedCgroup?: string;
   kubeReservedCgroup?: string;
   allowedUnsafeSysctls?: string[];
   kernelMemcgNotification?: boolean;
-  logging?: Record<string, unknown>;
+  logging: Record<string, unknown>;
   shutdownGracePeriod?: string;
   shutdownGracePeriodCriticalPods?: string;
   shutdownGracePeriodByPodPriority?: unknown[];
   crashLoopBackOff?: { maxContainerRestartPeriod?: string };
   reservedMemory?: unknown[];
-  memoryThrottlingFactor?: number;
+  memoryThrottlingFactor: number;
   tracing?: Record<string, unknown>;
-  localStorageCapacityIsolation?: boolean;
-  failCgroupV1?: boolean;
+  localStorageCapacityIsolation: boolean;
+  failCgroupV1: boolean;
   userNamespaces?: { idsPerPod?: number };
 }
 

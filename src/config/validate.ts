@@ -229,6 +229,15 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
       if (typeof item === 'string' && net.isIP(item) === 0) add(['clusterDNS'], `item ${i} must be an IP address, got ${JSON.stringify(item)}`);
     });
   }
+  const podCIDR = get(['podCIDR']);
+  if (typeof podCIDR === 'string' && podCIDR !== '') {
+    // Comma-separated CIDRs (dual stack), as the runtime takes them.
+    for (const part of podCIDR.split(',')) {
+      const [addr = '', bits = ''] = part.trim().split('/');
+      const max = net.isIP(addr) === 4 ? 32 : net.isIP(addr) === 6 ? 128 : -1;
+      if (max < 0 || !/^\d{1,3}$/.test(bits) || Number(bits) > max) add(['podCIDR'], `must be a CIDR or comma-separated CIDRs (such as 10.244.1.0/24), got ${JSON.stringify(podCIDR)}`);
+    }
+  }
   oneOf(['authorization', 'mode'], ['AlwaysAllow', 'Webhook']);
   oneOf(['memorySwap', 'swapBehavior'], ['NoSwap', 'LimitedSwap'], true);
   oneOf(['cgroupDriver'], ['cgroupfs', 'systemd']);

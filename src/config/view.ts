@@ -4,8 +4,11 @@
  * output is stable. Lists and empty maps are printed in flow style (`[a, b]`, `{}`) so that
  * each leaf is one line; with showOrigin each leaf line ends in `# <origin>`.
  * The text is YAML 1.1 (as the kubelet reads it) and loads back to the same configuration.
+ * A closing comment line names the Kubernetes version whose feature gates and defaults
+ * nodelet follows (a comment, so the document stays a plain KubeletConfiguration).
  */
 import { Document, isMap, isSeq, type Node } from 'yaml';
+import { KUBERNETES_VERSION } from './feature-gates-table.js';
 import { isJsonObject, type Json, type JsonObject } from './merge.js';
 import { KUBELET_API_VERSION, KUBELET_KIND, type LoadedConfig } from './types.js';
 
@@ -63,5 +66,6 @@ export function renderConfig(loaded: LoadedConfig, opts: RenderOptions): string 
       if (n && typeof n === 'object') (n as Node).comment = commentText(headerOrigin);
     }
   }
+  doc.comment = ` feature gates and defaults: Kubernetes ${KUBERNETES_VERSION}`;
   return doc.toString({ lineWidth: 0, flowCollectionPadding: false });
 }

@@ -13,6 +13,7 @@
  * that ran for 10 minutes before exiting starts over at 10s.
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import { containerHash as kubeletContainerHash } from './container-hash.js';
 import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
 
 export const BACKOFF = { initialMs: 10_000, maxMs: 300_000, resetAfterRunMs: 600_000 } as const;
@@ -73,15 +74,12 @@ export function podTitle(pod: Pod): string {
   return `${pod.metadata?.name}_${pod.metadata?.namespace}(${pod.metadata?.uid})`;
 }
 
-/** A short stable hash of a container spec, kept in `io.kubernetes.container.hash`. */
+/**
+ * `io.kubernetes.container.hash` of a container spec: the kubelet's own HashContainer (see
+ * container-hash.ts), so containers a kubelet made are recognized as unchanged.
+ */
 export function containerHash(c: Container): string {
-  const s = JSON.stringify(c, Object.keys(c).sort());
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h.toString(16).padStart(8, '0');
+  return kubeletContainerHash(c);
 }
 
 export function computePodActions(pod: Pod, observed: ObservedPod, now: number): PodActions {

@@ -34,7 +34,7 @@ describe('nodelet config view', () => {
     expectLine(`clusterDNS: [10.96.0.53] # ${dropB}`);
     // A map merges key by key.
     expectLine(`ContainerCheckpoint: true # ${main}`);
-    expectLine(`NodeSwap: true # ${dropA}`);
+    expectLine(`GracefulNodeShutdown: true # ${dropA}`);
     expectLine(`MemoryQoS: true # ${dropB}`);
     // A map of lists: the overridden key's list is replaced whole, the other key stays.
     expectLine(`site-a: [a3] # ${dropA}`);

@@ -6,10 +6,10 @@ describe('parseFeatureGates (--feature-gates)', () => {
   it.each([
     ['', {}],
     ['ContainerCheckpoint=false', { ContainerCheckpoint: false }],
-    ['ContainerCheckpoint=false,NodeSwap=true', { ContainerCheckpoint: false, NodeSwap: true }],
+    ['ContainerCheckpoint=false,GracefulNodeShutdown=true', { ContainerCheckpoint: false, GracefulNodeShutdown: true }],
     [' ContainerCheckpoint = false , MemoryQoS=True,', { ContainerCheckpoint: false, MemoryQoS: true }],
-    ['MemoryQoS=1,NodeSwap=F,ImageVolume=TRUE', { MemoryQoS: true, NodeSwap: false, ImageVolume: true }],
-    ['NodeSwap=true,NodeSwap=false', { NodeSwap: false }],
+    ['MemoryQoS=1,GracefulNodeShutdown=F,ImageVolume=TRUE', { MemoryQoS: true, GracefulNodeShutdown: false, ImageVolume: true }],
+    ['GracefulNodeShutdown=true,GracefulNodeShutdown=false', { GracefulNodeShutdown: false }],
   ])('%j', (text, expected) => {
     expect(parseFeatureGates(text)).toEqual(expected);
   });
@@ -20,7 +20,7 @@ describe('parseFeatureGates (--feature-gates)', () => {
     ['ContainerCheckpoint=', /--feature-gates: invalid value of ContainerCheckpoint=/],
     ['NoSuchGate=true', /--feature-gates: unrecognized feature gate: NoSuchGate/],
     ['containercheckpoint=true', /unrecognized feature gate: containercheckpoint/],
-    ['DisableCloudProviders=false', /cannot set feature gate DisableCloudProviders to false, feature is locked to true/],
+    ['NodeSwap=false', /cannot set feature gate NodeSwap to false, feature is locked to true/],
   ])('rejects %j with INVALID_ARGUMENT', (text, message) => {
     let caught: unknown;
     try {
@@ -41,10 +41,10 @@ describe('isFeatureEnabled', () => {
     ['explicit false', { ContainerCheckpoint: false }, 'ContainerCheckpoint', false],
     ['explicit true', { MemoryQoS: true }, 'MemoryQoS', true],
     ['AllAlpha turns alpha gates on', { AllAlpha: true }, 'MemoryQoS', true],
-    ['AllAlpha leaves beta gates alone', { AllAlpha: true }, 'ProcMountType', false],
+    ['AllAlpha leaves beta gates alone', { AllAlpha: true }, 'NodeLogQuery', false],
     ['AllBeta=false turns beta gates off', { AllBeta: false }, 'ContainerCheckpoint', false],
     ['an explicit gate wins over AllBeta', { AllBeta: false, ContainerCheckpoint: true }, 'ContainerCheckpoint', true],
-    ['AllBeta leaves GA gates alone', { AllBeta: false }, 'DisableCloudProviders', true],
+    ['AllBeta leaves GA gates alone', { AllBeta: false }, 'NodeSwap', true],
   ])('%s', (_name, featureGates, gate, expected) => {
     expect(isFeatureEnabled({ featureGates }, gate)).toBe(expected);
   });
@@ -57,7 +57,7 @@ describe('isFeatureEnabled', () => {
 describe('featureGateProblem', () => {
   it('accepts known gates, names unknown and locked ones as the kubelet does', () => {
     expect(featureGateProblem('ContainerCheckpoint', false)).toBeUndefined();
-    expect(featureGateProblem('DisableCloudProviders', true)).toBeUndefined();
+    expect(featureGateProblem('NodeSwap', true)).toBeUndefined();
     expect(featureGateProblem('Nope', true)).toBe('unrecognized feature gate: Nope');
     expect(featureGateProblem('toString', true)).toBe('unrecognized feature gate: toString');
   });

@@ -53,12 +53,12 @@ describe('file formats', () => {
   it('reads a JSON main file', async () => {
     const main = write(
       'kubelet.json',
-      JSON.stringify({ apiVersion: 'kubelet.config.k8s.io/v1beta1', kind: 'KubeletConfiguration', port: 11250, featureGates: { NodeSwap: false } }),
+      JSON.stringify({ apiVersion: 'kubelet.config.k8s.io/v1beta1', kind: 'KubeletConfiguration', port: 11250, featureGates: { GracefulNodeShutdown: false } }),
     );
     const loaded = await loadConfig({ configFile: main });
     expect(loaded.config.port).toBe(11250);
-    expect(loaded.config.featureGates).toEqual({ NodeSwap: false });
-    expect(loaded.origins.get('featureGates.NodeSwap')).toBe(main);
+    expect(loaded.config.featureGates).toEqual({ GracefulNodeShutdown: false });
+    expect(loaded.origins.get('featureGates.GracefulNodeShutdown')).toBe(main);
   });
 
   it('reads YAML as YAML 1.1, like the kubelet (yes/no are booleans)', async () => {

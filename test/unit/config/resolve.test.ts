@@ -40,8 +40,28 @@ const DEFAULT_CONFIG = {
   authentication: { anonymous: { enabled: false }, webhook: { cacheTTL: '2m0s', enabled: true }, x509: {} },
   authorization: { mode: 'Webhook', webhook: { cacheAuthorizedTTL: '5m0s', cacheUnauthorizedTTL: '30s' } },
   cgroupDriver: 'cgroupfs',
+  cgroupsPerQOS: true,
+  configMapAndSecretChangeDetectionStrategy: 'Watch',
+  containerLogMaxFiles: 5,
+  containerLogMaxSize: '10Mi',
+  containerLogMaxWorkers: 1,
+  containerLogMonitorInterval: '10s',
   containerRuntimeEndpoint: 'unix:///run/containerd/containerd.sock',
+  contentType: 'application/vnd.kubernetes.protobuf',
+  cpuCFSQuota: true,
+  cpuCFSQuotaPeriod: '100ms',
+  cpuManagerPolicy: 'none',
+  cpuManagerReconcilePeriod: '10s',
+  crashLoopBackOff: { maxContainerRestartPeriod: '5m0s' },
+  enableControllerAttachDetach: true,
+  enableDebugFlagsHandler: true,
   enableDebuggingHandlers: true,
+  enableProfilingHandler: true,
+  enableServer: true,
+  enableSystemLogHandler: true,
+  enforceNodeAllocatable: ['pods'],
+  eventBurst: 100,
+  eventRecordQPS: 50,
   evictionHard: {
     'memory.available': '100Mi',
     'nodefs.available': '10%',
@@ -49,25 +69,54 @@ const DEFAULT_CONFIG = {
     'imagefs.available': '15%',
     'imagefs.inodesFree': '5%',
   },
+  evictionPressureTransitionPeriod: '5m0s',
+  failCgroupV1: false,
   failSwapOn: true,
   featureGates: {},
   fileCheckFrequency: '20s',
   hairpinMode: 'promiscuous-bridge',
   healthzBindAddress: '127.0.0.1',
   healthzPort: 10248,
+  httpCheckFrequency: '20s',
+  imageGCHighThresholdPercent: 85,
+  imageGCLowThresholdPercent: 80,
+  imageMinimumGCAge: '2m0s',
+  imagePullCredentialsVerificationPolicy: 'NeverVerifyPreloadedImages',
+  iptablesDropBit: 15,
+  iptablesMasqueradeBit: 14,
+  kubeAPIBurst: 100,
+  kubeAPIQPS: 50,
+  localStorageCapacityIsolation: true,
+  logging: { flushFrequency: '5s', format: 'text', options: { json: { infoBufferSize: '0' }, text: { infoBufferSize: '0' } } },
+  makeIPTablesUtilChains: true,
+  maxOpenFiles: 1000000,
   maxPods: 110,
+  memoryManagerPolicy: 'None',
   memorySwap: {},
+  memoryThrottlingFactor: 0.9,
   mergeDefaultEvictionSettings: false,
   nodeLeaseDurationSeconds: 40,
+  nodeStatusMaxImages: 50,
   nodeStatusReportFrequency: '5m0s',
   nodeStatusUpdateFrequency: '10s',
+  oomScoreAdj: -999,
   podLogsDir: '/var/log/pods',
+  podPidsLimit: -1,
   port: 10250,
   readOnlyPort: 0,
+  registerNode: true,
+  registryBurst: 10,
+  registryPullQPS: 5,
+  resolvConf: '/etc/resolv.conf',
   runtimeRequestTimeout: '2m0s',
   seccompDefault: false,
   serializeImagePulls: true,
+  streamingConnectionIdleTimeout: '4h0m0s',
   syncFrequency: '1m0s',
+  topologyManagerPolicy: 'none',
+  topologyManagerScope: 'container',
+  volumePluginDir: '/usr/libexec/kubernetes/kubelet-plugins/volume/exec/',
+  volumeStatsAggPeriod: '1m0s',
 };
 
 describe('defaults', () => {
@@ -76,45 +125,15 @@ describe('defaults', () => {
     expect(r.problems).toEqual([]);
     expect(r.config).toEqual(DEFAULT_CONFIG);
     const leaves = [...r.origins.keys()].sort();
-    expect(leaves).toEqual(
-      [
-        'address',
-        'authentication.anonymous.enabled',
-        'authentication.webhook.cacheTTL',
-        'authentication.webhook.enabled',
-        'authentication.x509',
-        'authorization.mode',
-        'authorization.webhook.cacheAuthorizedTTL',
-        'authorization.webhook.cacheUnauthorizedTTL',
-        'cgroupDriver',
-        'containerRuntimeEndpoint',
-        'enableDebuggingHandlers',
-        'evictionHard.imagefs.available',
-        'evictionHard.imagefs.inodesFree',
-        'evictionHard.memory.available',
-        'evictionHard.nodefs.available',
-        'evictionHard.nodefs.inodesFree',
-        'failSwapOn',
-        'featureGates',
-        'fileCheckFrequency',
-        'hairpinMode',
-        'healthzBindAddress',
-        'healthzPort',
-        'maxPods',
-        'memorySwap',
-        'mergeDefaultEvictionSettings',
-        'nodeLeaseDurationSeconds',
-        'nodeStatusReportFrequency',
-        'nodeStatusUpdateFrequency',
-        'podLogsDir',
-        'port',
-        'readOnlyPort',
-        'runtimeRequestTimeout',
-        'seccompDefault',
-        'serializeImagePulls',
-        'syncFrequency',
-      ].sort(),
-    );
+    // Every leaf of the defaults (a list or an empty map is one leaf).
+    const expectedLeaves: string[] = [];
+    const walk = (v: unknown, p: string[]) => {
+      if (v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0) {
+        for (const [k, c] of Object.entries(v)) walk(c, [...p, k]);
+      } else expectedLeaves.push(p.join('.'));
+    };
+    walk(DEFAULT_CONFIG, []);
+    expect(leaves).toEqual(expectedLeaves.sort());
     expect(new Set(r.origins.values())).toEqual(new Set(['default']));
   });
 
@@ -216,17 +235,17 @@ const MERGE_CASES: MergeCase[] = [
   },
   {
     name: 'a map merges key by key: overridden keys change, other keys stay, new keys are added',
-    main: { featureGates: { ContainerCheckpoint: false, NodeSwap: true } },
-    a: { featureGates: { NodeSwap: false, MemoryQoS: true } },
-    values: { featureGates: { ContainerCheckpoint: false, NodeSwap: false, MemoryQoS: true } },
-    origins: { 'featureGates.ContainerCheckpoint': MAIN, 'featureGates.NodeSwap': A, 'featureGates.MemoryQoS': A, featureGates: undefined },
+    main: { featureGates: { ContainerCheckpoint: false, GracefulNodeShutdown: true } },
+    a: { featureGates: { GracefulNodeShutdown: false, MemoryQoS: true } },
+    values: { featureGates: { ContainerCheckpoint: false, GracefulNodeShutdown: false, MemoryQoS: true } },
+    origins: { 'featureGates.ContainerCheckpoint': MAIN, 'featureGates.GracefulNodeShutdown': A, 'featureGates.MemoryQoS': A, featureGates: undefined },
   },
   {
     name: 'flag feature gates merge over the files key by key',
-    main: { featureGates: { ContainerCheckpoint: false, NodeSwap: true } },
+    main: { featureGates: { ContainerCheckpoint: false, GracefulNodeShutdown: true } },
     flags: { featureGates: { ContainerCheckpoint: true } },
-    values: { featureGates: { ContainerCheckpoint: true, NodeSwap: true } },
-    origins: { 'featureGates.ContainerCheckpoint': 'flag', 'featureGates.NodeSwap': MAIN },
+    values: { featureGates: { ContainerCheckpoint: true, GracefulNodeShutdown: true } },
+    origins: { 'featureGates.ContainerCheckpoint': 'flag', 'featureGates.GracefulNodeShutdown': MAIN },
   },
   {
     name: 'a map of lists: the overridden key gets the new list whole, the other keys stay',
@@ -245,15 +264,15 @@ const MERGE_CASES: MergeCase[] = [
   },
   {
     name: 'JSON null on a map key removes that key only',
-    main: { featureGates: { ContainerCheckpoint: false, NodeSwap: false } },
-    a: { featureGates: { NodeSwap: null } },
+    main: { featureGates: { ContainerCheckpoint: false, GracefulNodeShutdown: false } },
+    a: { featureGates: { GracefulNodeShutdown: null } },
     values: { featureGates: { ContainerCheckpoint: false } },
-    origins: { 'featureGates.ContainerCheckpoint': MAIN, 'featureGates.NodeSwap': undefined },
+    origins: { 'featureGates.ContainerCheckpoint': MAIN, 'featureGates.GracefulNodeShutdown': undefined },
   },
   {
     name: 'JSON null on the last map key leaves an empty map owned by that drop-in',
-    main: { featureGates: { NodeSwap: false } },
-    a: { featureGates: { NodeSwap: null } },
+    main: { featureGates: { GracefulNodeShutdown: false } },
+    a: { featureGates: { GracefulNodeShutdown: null } },
     values: { featureGates: {} },
     origins: { featureGates: A },
   },
@@ -265,10 +284,10 @@ const MERGE_CASES: MergeCase[] = [
   },
   {
     name: 'an empty object in a drop-in changes nothing',
-    main: { featureGates: { NodeSwap: false } },
+    main: { featureGates: { GracefulNodeShutdown: false } },
     a: { featureGates: {}, authorization: {} },
-    values: { featureGates: { NodeSwap: false }, 'authorization.mode': 'Webhook' },
-    origins: { 'featureGates.NodeSwap': MAIN, 'authorization.mode': 'default' },
+    values: { featureGates: { GracefulNodeShutdown: false }, 'authorization.mode': 'Webhook' },
+    origins: { 'featureGates.GracefulNodeShutdown': MAIN, 'authorization.mode': 'default' },
   },
   {
     name: 'evictionHard unset: all kubelet default thresholds',
@@ -357,10 +376,10 @@ const MERGE_CASES: MergeCase[] = [
     origins: { runtimeRequestTimeout: MAIN, syncFrequency: MAIN },
   },
   {
-    name: 'accepted kubelet fields nodelet does not act on are kept as given, with no default',
+    name: 'accepted kubelet fields nodelet does not act on are kept as given, the others get the kubelet defaults',
     main: { cpuManagerPolicy: 'static', imageGCHighThresholdPercent: 90, logging: { format: 'json' } },
-    values: { cpuManagerPolicy: 'static', imageGCHighThresholdPercent: 90, 'logging.format': 'json', imageGCLowThresholdPercent: undefined },
-    origins: { cpuManagerPolicy: MAIN, 'logging.format': MAIN },
+    values: { cpuManagerPolicy: 'static', imageGCHighThresholdPercent: 90, 'logging.format': 'json', 'logging.flushFrequency': '5s', imageGCLowThresholdPercent: 80 },
+    origins: { cpuManagerPolicy: MAIN, 'logging.format': MAIN, 'logging.flushFrequency': 'default', imageGCLowThresholdPercent: 'default' },
   },
 ];
 
@@ -381,7 +400,7 @@ describe('merge rules and origins', () => {
     const r = resolveConfig(
       layers(
         { clusterDNS: ['10.0.0.10'], staticPodURLHeader: { x: ['1'] }, authorization: { mode: 'AlwaysAllow' } },
-        { featureGates: { NodeSwap: false } },
+        { featureGates: { GracefulNodeShutdown: false } },
         undefined,
         { maxPods: 20 },
       ),
@@ -397,8 +416,8 @@ describe('merge rules and origins', () => {
   });
 
   it('does not modify the documents it is given', () => {
-    const main = { ...HEADER, featureGates: { NodeSwap: false }, clusterDNS: ['10.0.0.10'] };
-    const drop = { ...HEADER, featureGates: { NodeSwap: null }, clusterDNS: ['10.0.0.11'] };
+    const main = { ...HEADER, featureGates: { GracefulNodeShutdown: false }, clusterDNS: ['10.0.0.10'] };
+    const drop = { ...HEADER, featureGates: { GracefulNodeShutdown: null }, clusterDNS: ['10.0.0.11'] };
     const before = structuredClone([main, drop]);
     resolveConfig([
       { origin: MAIN, doc: main, requireHeader: true },

@@ -57,7 +57,7 @@ const PROBLEMS: Array<[string, Record<string, unknown>, string, RegExp]> = [
   ['eviction unknown signal', { evictionHard: { 'disk.available': '1Gi' } }, 'evictionHard.disk.available', /^unsupported eviction signal disk\.available/],
   // feature gates
   ['unknown feature gate', { featureGates: { NoSuchGate: true } }, 'featureGates.NoSuchGate', /^unrecognized feature gate: NoSuchGate$/],
-  ['locked feature gate', { featureGates: { DisableCloudProviders: false } }, 'featureGates.DisableCloudProviders', /locked to true/],
+  ['locked feature gate', { featureGates: { NodeSwap: false } }, 'featureGates.NodeSwap', /locked to true/],
   // endpoints and pairs
   ['tcp runtime endpoint', { containerRuntimeEndpoint: 'tcp://10.0.0.1:1234' }, 'containerRuntimeEndpoint', /only unix:\/\/ endpoints/],
   ['relative unix endpoint', { imageServiceEndpoint: 'unix://run/x.sock' }, 'imageServiceEndpoint', /absolute path/],
@@ -100,7 +100,7 @@ describe('validation problems name file and field', () => {
         authorization: { mode: 'AlwaysAllow' },
         memorySwap: { swapBehavior: '' },
         evictionHard: { 'memory.available': '1.5Gi', 'nodefs.available': '0%', 'pid.available': '10%' },
-        featureGates: { DisableCloudProviders: true, ContainerCheckpoint: false },
+        featureGates: { NodeSwap: true, ContainerCheckpoint: false },
         containerRuntimeEndpoint: '/run/containerd/containerd.sock',
         imageServiceEndpoint: 'unix:///run/images.sock',
         tlsCertFile: '/etc/kubelet/tls.crt',
