@@ -13,6 +13,19 @@
 # containerds. Needs root. Safe to run concurrently (flock on <base>/lock) and fast when
 # containerd is already up.
 #
+#   scripts/containerd.sh subnet    prints this base directory's pod range (e.g. 10.244.17.0/24),
+#                                   claiming one when it has none yet (for --cluster-cidr)
+#
+# Pod network: a CNI config in <base>/cni/net.d (Debian's containernetworking-plugins in
+# /usr/lib/cni): `bridge` (isGateway) with `host-local` IPAM, then `portmap` and `loopback`.
+# Each base directory claims its own /24 in POD_NET_PREFIX (10.244.<n>.0/24 by default;
+# the claim is the file <CLAIMS>/<n> holding the base directory, and a range some route on
+# the machine overlaps is skipped), and names its bridge `nodelet<n>` and its network
+# `nodelet-<n>` (IPAM state in /var/lib/cni/networks/nodelet-<n>), so parallel containerds
+# never share a bridge, a range or IPAM state. The bridge and the IPAM state outlive
+# containerd: whoever runs pods removes them once the pods are gone (the config must stay
+# until then, FACTS.md).
+#
 # Facts behind the choices (see FACTS.md): containerd 1.6 on these machines needs
 # restrict_oom_score_adj (no CAP_SYS_RESOURCE), resolves short image names under
 # docker.io (so images are imported with full names), and runs hostNetwork pods without any
@@ -28,6 +41,11 @@ CONFIG="$BASE/config.toml"
 LOCK="$BASE/lock"
 PROJECT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 START_TIMEOUT="${NODELET_CONTAINERD_START_TIMEOUT:-60}"
+# Pod ranges are $POD_NET_PREFIX.<n>.0/24 (n = 1..254): a private /16 that nothing on
+# these machines routes (checked again at claim time). Override: NODELET_POD_NET_PREFIX.
+POD_NET_PREFIX="${NODELET_POD_NET_PREFIX:-10.244}"
+CLAIMS="${NODELET_CNI_CLAIMS_DIR:-/var/lib/nodelet-dev/cni-claims}"
+CNI_CONF="$BASE/cni/net.d/10-nodelet.conflist"
 BUSYBOX_IMAGE="docker.io/local/busybox"
 PAUSE_IMAGE="docker.io/local/pause"
 
@@ -35,6 +53,8 @@ log() { echo "containerd.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 [[ "$BASE" == /* ]] || die "NODELET_CONTAINERD_DIR must be an absolute path, got '$BASE'"
+[[ "$POD_NET_PREFIX" =~ ^(10\.[0-9]{1,3}|172\.(1[6-9]|2[0-9]|3[01])|192\.168)$ ]] && ((10#${POD_NET_PREFIX##*.} <= 255)) ||
+  die "NODELET_POD_NET_PREFIX must be the first two octets of a private /16 (such as 10.244), got '$POD_NET_PREFIX'"
 # sun_path holds 107 bytes; the ttrpc socket is the longest path containerd binds here.
 ((${#SOCK} + 6 <= 107)) || die "NODELET_CONTAINERD_DIR '$BASE' is too long for a unix socket path ($SOCK.ttrpc exceeds 107 bytes)"
 
@@ -117,6 +137,7 @@ install_packages() {
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   command -v umoci >/dev/null || missing+=(umoci)
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/portmap && -x /usr/lib/cni/loopback ]] || missing+=(containernetworking-plugins)
   # The images copy /bin/busybox into a scratch rootfs, so it must be the static build.
   if ! { [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1; }; then missing+=(busybox-static); fi
   ((${#missing[@]} == 0)) && return 0
@@ -146,7 +167,7 @@ choose_snapshotter() {
 
 write_config() {
   local snapshotter="$1" tmp
-  mkdir -p "$BASE/root" "$BASE/state" "$BASE/cni/bin" "$BASE/cni/net.d" "$BASE/opt"
+  mkdir -p "$BASE/root" "$BASE/state" "$BASE/cni/net.d" "$BASE/opt"
   tmp="$(mktemp "$BASE/config.toml.XXXXXX")"
   cat >"$tmp" <<EOF
 # Written by scripts/containerd.sh; rewritten on every start.
@@ -181,10 +202,87 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$BASE/cni/bin"
+    bin_dir = "/usr/lib/cni"
     conf_dir = "$BASE/cni/net.d"
 EOF
   mv -f "$tmp" "$CONFIG"
+}
+
+# True when a route on the machine (besides the default route and our own bridge's)
+# overlaps the /24 $1.
+range_in_use() {
+  local net="$1" bridge="$2"
+  { ip -4 route show root "$net"; ip -4 route show match "$net"; } 2>/dev/null |
+    grep -v -e '^default' -e " dev $bridge " -e " dev $bridge\$" | grep -q .
+}
+
+# Prints this base directory's index n (1..254), claiming one when it has none: the first
+# free index from a hash of the path on, skipping ranges the machine already routes. A
+# claim whose base directory is gone is free again. Serialized by a lock in CLAIMS.
+pod_net_index() {
+  mkdir -p "$CLAIMS"
+  (
+    flock -w 60 8 || die "timed out waiting for the lock $CLAIMS/.lock"
+    f="" n="" i="" start="" owner=""
+    for f in "$CLAIMS"/*; do
+      [[ -f "$f" && "$(cat "$f")" == "$BASE" ]] && { basename "$f"; exit 0; }
+    done
+    start=$(($(cksum <<<"$BASE" | cut -d' ' -f1) % 254))
+    for ((i = 0; i < 254; i++)); do
+      n=$(((start + i) % 254 + 1))
+      if [[ -f "$CLAIMS/$n" ]]; then
+        owner="$(cat "$CLAIMS/$n")"
+        [[ -d "$owner" ]] && continue
+      fi
+      range_in_use "$POD_NET_PREFIX.$n.0/24" "nodelet$n" && continue
+      echo "$BASE" >"$CLAIMS/$n"
+      echo "$n"
+      exit 0
+    done
+    die "no free /24 left in $POD_NET_PREFIX.0.0/16 (claims in $CLAIMS)"
+  ) 8>>"$CLAIMS/.lock"
+}
+
+# The pod network's CNI config, replaced only when it changed: containerd picks a new file
+# up without a restart, and a sandbox is torn down with the config it was made under.
+write_cni_config() {
+  local n subnet tmp
+  n="$(pod_net_index)"
+  subnet="$POD_NET_PREFIX.$n.0/24"
+  mkdir -p "$BASE/cni/net.d"
+  tmp="$(mktemp "$CNI_CONF.XXXXXX")"
+  cat >"$tmp" <<CONFLIST
+{
+  "cniVersion": "0.4.0",
+  "name": "nodelet-$n",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "nodelet$n",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{ "subnet": "$subnet", "gateway": "$POD_NET_PREFIX.$n.1" }]],
+        "routes": [{ "dst": "0.0.0.0/0" }]
+      }
+    },
+    { "type": "portmap", "capabilities": { "portMappings": true } },
+    { "type": "loopback" }
+  ]
+}
+CONFLIST
+  chmod 0644 "$tmp"
+  # A containerd started by an older version of this script looks for plugins in
+  # <base>/cni/bin: link them there rather than restarting it under its pods.
+  if [[ -f "$CONFIG" ]] && grep -qF "bin_dir = \"$BASE/cni/bin\"" "$CONFIG"; then
+    mkdir -p "$BASE/cni/bin"
+    local p
+    for p in bridge host-local portmap loopback; do ln -sfn "/usr/lib/cni/$p" "$BASE/cni/bin/$p"; done
+  fi
+  if cmp -s "$tmp" "$CNI_CONF"; then rm -f "$tmp"; else mv -f "$tmp" "$CNI_CONF"; fi
+  echo "$subnet" >"$BASE/pod-subnet"
 }
 
 launch() {
@@ -275,12 +373,13 @@ start() {
   flock -w 300 9 || die "timed out waiting for the lock $LOCK held by another containerd.sh"
   local pid snapshotter
   pid="$(our_pid)"
-  if [[ -n "$pid" ]] && cri_answers && images_present; then
+  if [[ -n "$pid" ]] && [[ -s "$CNI_CONF" ]] && cri_answers && images_present; then
     echo "$ENDPOINT"
     return 0
   fi
   install_packages
   snapshotter="$(choose_snapshotter)"
+  write_cni_config
   if [[ -z "$pid" ]]; then
     write_config "$snapshotter"
     launch
@@ -308,5 +407,11 @@ case "${1:-start}" in
     stop
     ;;
   status) status ;;
-  *) die "unknown subcommand '$1' (expected start, stop or status)" ;;
+  subnet)
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    mkdir -p "$BASE"
+    n="$(pod_net_index)"
+    echo "$POD_NET_PREFIX.$n.0/24"
+    ;;
+  *) die "unknown subcommand '$1' (expected start, stop, status or subnet)" ;;
 esac

@@ -5,7 +5,7 @@
 # end-to-end suite. Idempotent; fast when everything is there.
 set -euo pipefail
 pkgs=(libsystemd-dev python3 make g++ util-linux iproute2 procps openssl
-      containerd runc umoci busybox-static
+      containerd runc umoci busybox-static containernetworking-plugins
       debootstrap systemd-container inotify-tools)
 missing=()
 for p in "${pkgs[@]}"; do

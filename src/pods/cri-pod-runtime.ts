@@ -8,14 +8,24 @@
  * cannot be turned into a config, e.g. a Localhost profile without a name),
  * CreateContainerError (the runtime or a Localhost profile refused creation),
  * RunContainerError (the runtime could not start a created container).
+ *
+ * Network: a pod with its own network gets its IPs from its sandbox (PodSandboxStatus,
+ * `network.ip` then `additional_ips`), read once per sandbox; they go into ObservedPod
+ * (for status.podIP), the downward API and the kubelet-managed /etc/hosts, written to
+ * `<root-dir>/pods/<uid>/etc-hosts` at each container creation and mounted at /etc/hosts
+ * (not in a container that mounts its own). The sandbox's DNS follows dnsPolicy (dns.ts)
+ * over the host's resolvConf, read bounded and never from anything but a regular file.
  */
+import { constants as fsc } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { parseQuantity } from '../config/quantity.js';
 import { NodeletError, errorMessage } from '../errors.js';
+import { nodeRef, podRef, type EventSink } from '../events.js';
+import { silentLogger, type Logger } from '../log.js';
 import type { CriClient } from '../runtime/cri-client.js';
-import type { ContainerConfig, ContainerState, PodSandboxConfig } from '../runtime/types.js';
+import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../runtime/types.js';
 import {
   ANN_CONTAINER_HASH,
   ANN_GRACE_PERIOD,
@@ -27,12 +37,13 @@ import {
   containerConfig,
   sandboxConfig,
 } from './cri-config.js';
+import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, RESOLV_CONF_MAX_BYTES, type DnsWarning, type HostDns } from './dns.js';
 import { isDnsLabel } from './pod-validation.js';
 import type { ObservedContainer, ObservedContainerState, ObservedPod } from './observed.js';
 import type { PodRuntime, StartSpec } from './runtime-port.js';
-import { checkLocalhostProfile, resolveSeccomp } from './seccomp.js';
+import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
 import type { Mounter } from './subpath.js';
-import { containerMounts, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
+import { containerMounts, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 
 export interface CriPodRuntimeOptions {
   cri: CriClient;
@@ -42,11 +53,48 @@ export interface CriPodRuntimeOptions {
   seccompDefault: boolean;
   clusterDNS?: string[];
   clusterDomain?: string;
+  /** The host's resolver config for `Default` DNS (the kubelet's resolvConf); '' = none. Default /etc/resolv.conf. */
+  resolvConf?: string;
   /** For the downward API in env (spec.nodeName, status.hostIP, a hostNetwork pod's status.podIP). */
   nodeName?: string;
   hostIP?: string;
   /** Mounts for subPath binds; default the host's (util-linux mount). */
   mounter?: Mounter;
+  /** The kubelet's DNS warnings (MissingClusterDNS, DNSConfigForming) go here as events and logs. */
+  events?: EventSink;
+  logger?: Logger;
+}
+
+/**
+ * The host's resolv.conf, parsed. Opened non-blocking and required to be a regular file (a
+ * FIFO or a device there never blocks the event loop), read up to RESOLV_CONF_MAX_BYTES; a
+ * bigger file is refused. '' gives an empty config. Errors name the file.
+ */
+export async function readResolvConf(file: string): Promise<HostDns> {
+  if (file === '') return { servers: [], searches: [], options: [] };
+  const fail = (why: string, cause?: unknown): never => {
+    throw new NodeletError('INVALID_ARGUMENT', `resolvConf ${file}: ${why}`, { param: 'resolvConf', file }, cause ? { cause } : undefined);
+  };
+  let h: fs.FileHandle;
+  try {
+    h = await fs.open(file, fsc.O_RDONLY | fsc.O_NONBLOCK | fsc.O_NOCTTY);
+  } catch (err) {
+    return fail(`cannot open: ${errorMessage(err)}`, err);
+  }
+  try {
+    if (!(await h.stat()).isFile()) fail('not a regular file');
+    const buf = Buffer.alloc(RESOLV_CONF_MAX_BYTES + 1);
+    let n = 0;
+    for (;;) {
+      const { bytesRead } = await h.read(buf, n, buf.length - n, null);
+      if (bytesRead === 0) break;
+      n += bytesRead;
+      if (n > RESOLV_CONF_MAX_BYTES) fail(`larger than ${RESOLV_CONF_MAX_BYTES} bytes`);
+    }
+    return parseResolvConf(buf.subarray(0, n).toString('utf8'));
+  } finally {
+    await h.close();
+  }
 }
 
 const STATE: Record<ContainerState, ObservedContainerState> = {
@@ -81,9 +129,13 @@ export class CriPodRuntime implements PodRuntime {
    * that are new or changed state: the kubelet's PLEG idea, on ListContainers' states.
    */
   readonly #statuses = new Map<string, { listed: ContainerState; st: CriContainerStatus }>();
+  /** A ready sandbox's IPs do not change for its life: asked once (PodSandboxStatus), forgotten with it. */
+  readonly #sandboxIPs = new Map<string, string[]>();
+  readonly #log: Logger;
 
   constructor(o: CriPodRuntimeOptions) {
     this.#o = o;
+    this.#log = o.logger ?? silentLogger();
   }
 
   /** Learns the runtime's name (for `containerd://<id>` container IDs in status). */
@@ -105,12 +157,41 @@ export class CriPodRuntime implements PodRuntime {
     return podLogDir(this.#o.podLogsDir, m.namespace ?? 'default', m.name ?? '', m.uid ?? '');
   }
 
-  #sandboxConfig(pod: Pod, attempt: number): PodSandboxConfig {
+  /** The pod's DNS over the host's resolv.conf (read at each sandbox, as the kubelet does). */
+  async #dnsConfig(pod: Pod): Promise<{ config: DNSConfig; warnings: DnsWarning[] }> {
+    const resolvConf = this.#o.resolvConf ?? '/etc/resolv.conf';
+    const host = await readResolvConf(resolvConf);
+    return podDnsConfig(pod, { clusterDNS: this.#o.clusterDNS ?? [], clusterDomain: this.#o.clusterDomain ?? '', resolvConf, nodeIPs: this.#o.hostIP ? [this.#o.hostIP] : [] }, host);
+  }
+
+  async #sandboxConfig(pod: Pod, attempt: number, warn = false): Promise<PodSandboxConfig> {
+    const dns = await this.#dnsConfig(pod);
+    if (warn) {
+      for (const w of dns.warnings) {
+        this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, reason: w.reason }, w.message);
+        this.#o.events?.emit(podRef(pod), 'Warning', w.reason, w.node ? `pod: "${pod.metadata?.name}_${pod.metadata?.namespace ?? 'default'}(${pod.metadata?.uid})". ${w.message}` : w.message);
+        if (w.node && this.#o.nodeName) this.#o.events?.emit(nodeRef(this.#o.nodeName), 'Warning', w.reason, w.message);
+      }
+    }
     return sandboxConfig(pod, attempt, {
       logDirectory: this.#logDirectory(pod),
-      ...(this.#o.clusterDNS ? { clusterDNS: this.#o.clusterDNS } : {}),
+      dnsConfig: dns.config,
       ...(this.#o.clusterDomain ? { clusterDomain: this.#o.clusterDomain } : {}),
     }) as unknown as PodSandboxConfig;
+  }
+
+  /** The sandbox's IPs (network.ip, then additional_ips); [] for a hostNetwork or gone sandbox. */
+  async #podIPs(sandboxId: string): Promise<string[]> {
+    const known = this.#sandboxIPs.get(sandboxId);
+    if (known) return known;
+    const st = await this.#o.cri.podSandboxStatus(sandboxId).catch((err) => {
+      ignoreNotFound(err);
+      return undefined;
+    });
+    if (!st || st.state !== 'SANDBOX_READY') return [];
+    const ips = [st.network?.ip ?? '', ...(st.network?.additionalIps ?? []).map((a) => a.ip)].filter((ip) => ip !== '');
+    if (ips.length) this.#sandboxIPs.set(sandboxId, ips);
+    return ips;
   }
 
   async listPods(): Promise<ObservedPod[]> {
@@ -118,6 +199,8 @@ export class CriPodRuntime implements PodRuntime {
     // A full list: forget the statuses of containers the runtime no longer has.
     const ids = new Set(containers.map((c) => c.id));
     for (const id of this.#statuses.keys()) if (!ids.has(id)) this.#statuses.delete(id);
+    const sandboxIds = new Set(sandboxes.map((s) => s.id));
+    for (const id of this.#sandboxIPs.keys()) if (!sandboxIds.has(id)) this.#sandboxIPs.delete(id);
     const uids = new Set<string>();
     for (const s of sandboxes) if (s.labels[LABEL_POD_UID]) uids.add(s.labels[LABEL_POD_UID]);
     for (const c of containers) if (c.labels[LABEL_POD_UID]) uids.add(c.labels[LABEL_POD_UID]);
@@ -166,7 +249,13 @@ export class CriPodRuntime implements PodRuntime {
       uid,
       name: labels[LABEL_POD_NAME] ?? sandboxes[0]?.metadata.name ?? '',
       namespace: labels[LABEL_POD_NAMESPACE] ?? sandboxes[0]?.metadata.namespace ?? 'default',
-      sandboxes: sandboxes.map((s) => ({ id: s.id, attempt: s.metadata.attempt, ready: s.state === 'SANDBOX_READY', createdAt: nsToMs(s.createdAt) ?? 0 })),
+      sandboxes: await Promise.all(
+        sandboxes.map(async (s) => {
+          const ready = s.state === 'SANDBOX_READY';
+          const ips = ready ? await this.#podIPs(s.id) : [];
+          return { id: s.id, attempt: s.metadata.attempt, ready, createdAt: nsToMs(s.createdAt) ?? 0, ...(ips.length ? { ips } : {}) };
+        }),
+      ),
       containers,
       ...(grace !== undefined ? { gracePeriodSeconds: grace } : {}),
     };
@@ -186,7 +275,12 @@ export class CriPodRuntime implements PodRuntime {
   }
 
   async runSandbox(pod: Pod, attempt: number): Promise<string> {
-    const cfg = this.#sandboxConfig(pod, attempt);
+    let cfg: PodSandboxConfig;
+    try {
+      cfg = await this.#sandboxConfig(pod, attempt, true);
+    } catch (err) {
+      throw withReason(err, 'CreatePodSandboxError', 'cannot make the pod sandbox config');
+    }
     await fs.mkdir(cfg.logDirectory!, { recursive: true, mode: 0o755 });
     try {
       return await this.#o.cri.runPodSandbox(cfg);
@@ -231,7 +325,9 @@ export class CriPodRuntime implements PodRuntime {
     // The name becomes a path element (the log directory, subPath binds): an API pod's is checked here.
     if (!isDnsLabel(container.name)) throw new NodeletError('INVALID_ARGUMENT', `container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`, { reason: 'CreateContainerConfigError' });
     const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
-    if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name);
+    if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name, seccompDir(this.#o.rootDir));
+    // The sandbox exists before its containers: its IPs are known for env and /etc/hosts.
+    const podIPs = pod.spec?.hostNetwork ? [] : await this.#podIPs(s.sandboxId);
     let config: ContainerConfig;
     try {
       config = containerConfig(pod, container, {
@@ -240,6 +336,7 @@ export class CriPodRuntime implements PodRuntime {
         quantity: (q) => parseQuantity(String(q)).value,
         ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
         ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
+        ...(podIPs.length ? { podIPs } : {}),
       }) as unknown as ContainerConfig;
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
@@ -248,10 +345,18 @@ export class CriPodRuntime implements PodRuntime {
       // Set up at every creation: subPath binds are redone from the volume as it is now.
       const env = new Map((config.envs ?? []).map((e) => [e.key, e.value] as const));
       config.mounts = await containerMounts(pod, container, this.#o.rootDir, { env, ...(this.#o.mounter ? { mounter: this.#o.mounter } : {}) });
+      if (podIPs.length && !mountsOwnEtcHosts(container)) {
+        config.mounts.push({ containerPath: '/etc/hosts', hostPath: await this.#writeHostsFile(pod, podIPs), readonly: false });
+      }
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
     }
-    const sandboxCfg = this.#sandboxConfig(pod, s.sandboxAttempt);
+    let sandboxCfg: PodSandboxConfig;
+    try {
+      sandboxCfg = await this.#sandboxConfig(pod, s.sandboxAttempt);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: the pod sandbox config`);
+    }
     await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
     let id: string;
     try {
@@ -265,6 +370,18 @@ export class CriPodRuntime implements PodRuntime {
       throw withReason(err, 'RunContainerError', 'failed to start the container');
     }
     return id;
+  }
+
+  /** `<root-dir>/pods/<uid>/etc-hosts`, (re)written whole by rename: a container never sees half a file. */
+  async #writeHostsFile(pod: Pod, podIPs: string[]): Promise<string> {
+    const content = hostsFileContent(pod, podIPs, this.#o.clusterDomain ?? '');
+    const dir = podDir(this.#o.rootDir, pod.metadata?.uid ?? '');
+    await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+    const file = path.join(dir, 'etc-hosts');
+    const tmp = `${file}.${process.pid}.tmp`;
+    await fs.writeFile(tmp, content, { mode: 0o644 });
+    await fs.rename(tmp, file);
+    return file;
   }
 
   async stopContainer(id: string, gracePeriodSeconds: number): Promise<void> {

@@ -16,6 +16,8 @@ export interface EnvContext {
   nodeName?: string;
   hostIP?: string;
   podIP?: string;
+  /** Every pod IP (dual stack); `status.podIPs` is them joined by commas. Default: [podIP]. */
+  podIPs?: string[];
   /** Parses a resource quantity to base units (cores for cpu, bytes for memory). */
   quantity: (q: string | number) => number;
 }
@@ -68,8 +70,9 @@ function fieldValue(pod: Pod, fieldPath: string, ctx: EnvContext, env: string): 
     case 'status.hostIPs':
       return ctx.hostIP ?? '';
     case 'status.podIP':
-    case 'status.podIPs':
       return ctx.podIP ?? '';
+    case 'status.podIPs':
+      return (ctx.podIPs ?? (ctx.podIP ? [ctx.podIP] : [])).join(',');
   }
   const lm = LABEL_OR_ANNOTATION.exec(fieldPath);
   if (lm) return (lm[1] === 'labels' ? m.labels : m.annotations)?.[lm[2]!] ?? '';

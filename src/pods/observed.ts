@@ -33,6 +33,8 @@ export interface ObservedSandbox {
   attempt: number;
   ready: boolean;
   createdAt: number;
+  /** A ready sandbox's own IPs (PodSandboxStatus network.ip, then additional_ips); absent on the host network. */
+  ips?: string[];
 }
 
 export interface ObservedPod {

@@ -115,12 +115,24 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
       cond('PodScheduled', true),
     ].map((c) => (c.type === 'Ready' || c.type === 'ContainersReady') && c.status === 'False' ? { ...c, message: `containers with unready status: [${notReady.join(' ')}]` } : c),
     ...(inp.hostIP ? { hostIP: inp.hostIP, hostIPs: [{ ip: inp.hostIP }] } : {}),
-    ...(pod.spec?.hostNetwork && inp.hostIP ? { podIP: inp.hostIP, podIPs: [{ ip: inp.hostIP }] } : {}),
+    ...podIPs(pod, sb?.ips, inp),
     startTime,
     ...(initStatuses.length ? { initContainerStatuses: initStatuses } : {}),
     containerStatuses: appStatuses,
     qosClass: qosClass(pod),
   };
+}
+
+/**
+ * A hostNetwork pod's IPs are the node's; another pod's are its sandbox's, kept from the
+ * previous status once the sandbox is gone (the kubelet keeps them too: a finished pod
+ * still shows the IP it had).
+ */
+function podIPs(pod: Pod, sandboxIPs: string[] | undefined, inp: StatusInputs): Pick<PodStatus, 'podIP' | 'podIPs'> {
+  if (pod.spec?.hostNetwork) return inp.hostIP ? { podIP: inp.hostIP, podIPs: [{ ip: inp.hostIP }] } : {};
+  if (sandboxIPs?.length) return { podIP: sandboxIPs[0]!, podIPs: sandboxIPs.map((ip) => ({ ip })) };
+  const prev = inp.previous;
+  return prev?.podIP ? { podIP: prev.podIP, podIPs: prev.podIPs ?? [{ ip: prev.podIP }] } : {};
 }
 
 /** The kubelet's getPhase for app containers. */

@@ -136,6 +136,9 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       const status = res.status as { conditions: RuntimeStatusInfo['conditions'] } | null;
       return { conditions: status?.conditions ?? [], info: (res.info as Record<string, string>) ?? {} };
     },
+    async updateRuntimeConfig(podCIDR: string) {
+      await rt('UpdateRuntimeConfig', { runtimeConfig: { networkConfig: { podCidr: podCIDR } } });
+    },
     async runPodSandbox(config: PodSandboxConfig, runtimeHandler = '') {
       const res = await rt('RunPodSandbox', { config, runtimeHandler });
       return res.podSandboxId as string;
@@ -211,6 +214,10 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     },
     async removeImage(image: string) {
       await img('RemoveImage', { image: { image } });
+    },
+    async imageFsInfo() {
+      const res = await img('ImageFsInfo', {});
+      return ((res.imageFilesystems as { fsId?: { mountpoint?: string } }[] | undefined) ?? []).map((f) => f.fsId?.mountpoint ?? '').filter((m) => m !== '');
     },
 
     close() {

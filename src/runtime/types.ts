@@ -296,6 +296,13 @@ export interface Image {
 export interface RuntimeService {
   version(): Promise<VersionInfo>;
   status(verbose?: boolean): Promise<RuntimeStatusInfo>;
+  /**
+   * Gives the runtime the node's pod CIDR (`runtime_config.network_config.pod_cidr`;
+   * comma-separated for dual stack), as the kubelet does once its Node has one. containerd
+   * uses it only to render a `conf_template`; with a CNI config in place it answers OK and
+   * ignores it.
+   */
+  updateRuntimeConfig(podCIDR: string): Promise<void>;
   /** Creates and starts a sandbox; returns its ID. Fails (containerd: `name is reserved`) while a sandbox with the same metadata exists. */
   runPodSandbox(config: PodSandboxConfig, runtimeHandler?: string): Promise<string>;
   /** Stops the sandbox and its containers. NOT_FOUND for an unknown ID (containerd 1.6). */
@@ -347,4 +354,10 @@ export interface ImageService {
   listImages(): Promise<Image[]>;
   /** OK for an absent image. */
   removeImage(image: string): Promise<void>;
+  /**
+   * The mountpoints of the runtime's image filesystems (CRI ImageFsInfo), for the imagefs
+   * eviction signals. Optional: a runtime (or fake) without it leaves the caller to use the
+   * root dir's filesystem.
+   */
+  imageFsInfo?(): Promise<string[]>;
 }

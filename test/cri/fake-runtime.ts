@@ -12,6 +12,10 @@
  * keeps running until `exitContainer(id, code)`, StopContainer (exit 137, as a SIGKILL
  * after the grace period), or a stop of its sandbox.
  *
+ * A sandbox with its own network gets the next IP of the pod CIDR UpdateRuntimeConfig
+ * gave (`podCIDR`; 10.88.0.0/16, containerd's default, before any), from .2 on; a
+ * hostNetwork sandbox none.
+ *
  * ExecSync answers the same scripted exit codes (any other command exits 0), or what
  * `execResult` says for the container.
  *
@@ -23,6 +27,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -58,6 +63,8 @@ interface FakeSandbox {
   state: PodSandboxState;
   createdAt: number;
   runtimeHandler: string;
+  /** '' for a hostNetwork sandbox. */
+  ip: string;
 }
 
 interface FakeContainer {
@@ -143,6 +150,9 @@ export class FakeRuntime {
   /** What ExecSync answers for a container name and command (undefined: the scripted default). */
   execResult: ((container: string, cmd: string[]) => { exitCode: number; stdout?: string } | undefined) | undefined;
   version = { version: '0.1.0', runtimeName: 'fake-cri', runtimeVersion: '1.0.0', runtimeApiVersion: 'v1' };
+  /** The pod CIDR of the last UpdateRuntimeConfig that carried one ('' before). */
+  podCIDR = '';
+  #nextIp = 2;
 
   readonly #errors = new Map<string, InjectedError>();
   readonly #latency = new Map<string, number>();
@@ -323,6 +333,29 @@ export class FakeRuntime {
     return { status: { conditions: this.conditions }, info: {} };
   }
 
+  rpcUpdateRuntimeConfig(req: Record<string, unknown>) {
+    const cidr = String((req.runtimeConfig as { networkConfig?: { podCidr?: string } | null } | null)?.networkConfig?.podCidr ?? '');
+    // As containerd: an empty CIDR changes nothing; a bad one is refused.
+    if (cidr === '') return {};
+    for (const part of cidr.split(',').map((c) => c.trim())) {
+      const [addr = '', bits = ''] = part.split('/');
+      const max = net.isIP(addr) === 4 ? 32 : net.isIP(addr) === 6 ? 128 : -1;
+      if (max < 0 || !/^\d{1,3}$/.test(bits) || Number(bits) > max) throw grpcError(grpc.status.UNKNOWN, `get routes: invalid CIDR address: ${part}`);
+    }
+    if (cidr !== this.podCIDR) this.#nextIp = 2;
+    this.podCIDR = cidr;
+    return {};
+  }
+
+  /** The next pod IP: the n-th address of the pod CIDR's first IPv4 range. */
+  #allocateIp(): string {
+    const v4 = this.podCIDR.split(',').map((c) => c.trim()).find((c) => net.isIP(c.split('/')[0]!) === 4);
+    const [addr] = (v4 ?? '10.88.0.0/16').split('/') as [string];
+    const base = addr.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+    const ip = base + this.#nextIp++;
+    return [24, 16, 8, 0].map((s) => (ip >>> s) & 255).join('.');
+  }
+
   rpcRunPodSandbox(req: Record<string, unknown>) {
     const config = req.config as PodSandboxConfig | null;
     const md = config?.metadata;
@@ -335,7 +368,8 @@ export class FakeRuntime {
     const id = newId();
     const name = `${md.name}_${md.namespace}_${md.uid}_${md.attempt}`;
     this.#reserve(name, id, 'sandbox');
-    this.sandboxes.set(id, { id, config, name, state: 'SANDBOX_READY', createdAt: nowNanos(), runtimeHandler: String(req.runtimeHandler ?? '') });
+    const hostNet = config.linux?.securityContext?.namespaceOptions?.network === 'NODE';
+    this.sandboxes.set(id, { id, config, name, state: 'SANDBOX_READY', createdAt: nowNanos(), runtimeHandler: String(req.runtimeHandler ?? ''), ip: hostNet ? '' : this.#allocateIp() });
     return { podSandboxId: id };
   }
 
@@ -376,11 +410,10 @@ export class FakeRuntime {
 
   rpcPodSandboxStatus(req: Record<string, unknown>) {
     const s = this.#sandbox(String(req.podSandboxId), 'an error occurred when try to find sandbox: not found');
-    const hostNet = s.config.linux?.securityContext?.namespaceOptions?.network === 'NODE';
     return {
       status: {
         ...this.#sandboxView(s),
-        network: { ip: hostNet ? '' : '10.88.0.2', additionalIps: [] },
+        network: { ip: s.ip, additionalIps: [] },
         linux: { namespaces: { options: s.config.linux?.securityContext?.namespaceOptions ?? {} } },
       },
       info: {},
@@ -594,6 +627,7 @@ export class FakeRuntime {
 const RUNTIME_METHODS = [
   'Version',
   'Status',
+  'UpdateRuntimeConfig',
   'RunPodSandbox',
   'StopPodSandbox',
   'RemovePodSandbox',

@@ -6,6 +6,7 @@
  */
 import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +15,7 @@ import type { ContainerConfig, ContainerStatus, PodSandboxConfig } from '../../.
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
 import { rejection } from '../../helpers/errors.js';
+import { podNetwork, removePodNetwork } from '../../helpers/pod-network.js';
 
 interface Backend {
   name: string;
@@ -24,12 +26,8 @@ const backends: Backend[] = [
   {
     name: 'fake CRI server',
     async start() {
+      // Ready and network ready, as containerd with scripts/containerd.sh's CNI config.
       const fake: FakeRuntime = await startFakeRuntime();
-      // What containerd reports here without a CNI config (FACTS.md).
-      fake.setConditions([
-        { type: 'RuntimeReady', status: true, reason: '', message: '' },
-        { type: 'NetworkReady', status: false, reason: 'NetworkPluginNotReady', message: 'Network plugin returns error: cni plugin not initialized' },
-      ]);
       return { endpoint: fake.endpoint, stop: () => fake.stop() };
     },
   },
@@ -37,8 +35,19 @@ const backends: Backend[] = [
     name: 'containerd',
     async start() {
       const { endpoint } = await ensureContainerd();
-      // Shared with other test files: never stopped here.
-      return { endpoint, stop: async () => {} };
+      // Shared with other test files: never stopped here. The bridge and IPAM state the
+      // pod-network sandbox left go once no sandbox of anyone is left on this containerd.
+      return {
+        endpoint,
+        stop: async () => {
+          const c = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+          try {
+            if ((await c.listPodSandbox()).length === 0) await removePodNetwork(podNetwork('/var/lib/nodelet-dev/containerd'));
+          } finally {
+            c.close();
+          }
+        },
+      };
     },
   },
 ];
@@ -122,10 +131,34 @@ describe.each(backends)('CRI contract: $name', (backend) => {
     expect(v.runtimeApiVersion).toBe('v1');
     const s = await client.status();
     const rt = s.conditions.find((c) => c.type === 'RuntimeReady');
-    const net = s.conditions.find((c) => c.type === 'NetworkReady');
+    const netCond = s.conditions.find((c) => c.type === 'NetworkReady');
     expect(rt).toMatchObject({ status: true });
-    // No CNI config: network not ready, with containerd's reason and message.
-    expect(net).toEqual({ type: 'NetworkReady', status: false, reason: 'NetworkPluginNotReady', message: 'Network plugin returns error: cni plugin not initialized' });
+    // scripts/containerd.sh writes a CNI config: the pod network is ready.
+    expect(netCond).toEqual({ type: 'NetworkReady', status: true, reason: '', message: '' });
+  });
+
+  it('takes the pod CIDR with UpdateRuntimeConfig (empty and dual-stack too) and refuses a malformed one naming it', async () => {
+    await expect(client.updateRuntimeConfig('10.244.250.0/24')).resolves.toBeUndefined();
+    await expect(client.updateRuntimeConfig('')).resolves.toBeUndefined();
+    await expect(client.updateRuntimeConfig('10.244.250.0/24,fd00:10:244::/64')).resolves.toBeUndefined();
+    const err = await rejection(client.updateRuntimeConfig('not-a-cidr'));
+    expect(err.message).toBe('UpdateRuntimeConfig: rpc error: code = Unknown desc = get routes: invalid CIDR address: not-a-cidr');
+  });
+
+  it('gives a sandbox with its own network an IPv4 address in PodSandboxStatus, and none to a hostNetwork one', async () => {
+    const uid = crypto.randomUUID();
+    const config: PodSandboxConfig = {
+      ...sandboxConfig(uid),
+      hostname: 'contract',
+      linux: { securityContext: { namespaceOptions: { network: 'POD', pid: 'CONTAINER', ipc: 'POD' } } },
+    };
+    const id = await client.runPodSandbox(config);
+    created.push(id);
+    const { network } = await client.podSandboxStatus(id);
+    expect(net.isIPv4(network?.ip ?? '')).toBe(true);
+    expect(network?.additionalIps).toEqual([]);
+    const { id: hostId } = await runSandbox();
+    expect((await client.podSandboxStatus(hostId)).network?.ip ?? '').toBe('');
   });
 
   it('runs a hostNetwork sandbox and a container through create, start, list, status, stop and remove', async () => {

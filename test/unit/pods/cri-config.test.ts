@@ -38,10 +38,40 @@ describe('sandboxConfig', () => {
     expect(c.portMappings).toEqual([{ protocol: 'TCP', containerPort: 8080, hostPort: 18080, hostIp: '' }]);
   });
 
-  it('sets the hostname and cluster DNS for pods with their own network', () => {
-    const c = sandboxConfig(pod(false), 0, { logDirectory: '/l', clusterDNS: ['10.96.0.10'], clusterDomain: 'cluster.local' });
+  it('sets the hostname (spec.hostname over the name) and the DNS config it is given for pods with their own network', () => {
+    const dnsConfig = { servers: ['10.96.0.10'], searches: ['prod.svc.cluster.local', 'svc.cluster.local', 'cluster.local'], options: ['ndots:5'] };
+    const c = sandboxConfig(pod(false), 0, { logDirectory: '/l', dnsConfig, clusterDomain: 'cluster.local' });
     expect(c.hostname).toBe('web-node1');
-    expect(c.dnsConfig).toEqual({ servers: ['10.96.0.10'], searches: ['prod.svc.cluster.local', 'svc.cluster.local', 'cluster.local'], options: ['ndots:5'] });
+    expect(c.dnsConfig).toEqual(dnsConfig);
+    const named = pod(false);
+    named.spec!.hostname = 'web';
+    expect(sandboxConfig(named, 0, { logDirectory: '/l' }).hostname).toBe('web');
+  });
+
+  it('gives a hostNetwork pod its DNS config too (the host-like one), and no hostname', () => {
+    const c = sandboxConfig(pod(true), 0, { logDirectory: '/l', dnsConfig: { servers: ['192.0.2.53'], searches: [], options: [] } });
+    expect(c.hostname).toBeUndefined();
+    expect(c.dnsConfig).toEqual({ servers: ['192.0.2.53'], searches: [], options: [] });
+  });
+});
+
+describe('containerConfig downward API IPs', () => {
+  const envPod = (hostNetwork: boolean): Pod => {
+    const p = pod(hostNetwork);
+    p.spec!.containers[0]!.env = [
+      { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+      { name: 'POD_IPS', valueFrom: { fieldRef: { fieldPath: 'status.podIPs' } } },
+      { name: 'HOST_IP', valueFrom: { fieldRef: { fieldPath: 'status.hostIP' } } },
+    ];
+    return p;
+  };
+  const envOf = (p: Pod, podIPs?: string[]) =>
+    Object.fromEntries((containerConfig(p, p.spec!.containers[0]!, { restartCount: 0, seccomp: { profileType: 'RuntimeDefault' }, quantity, hostIP: '192.0.2.10', ...(podIPs ? { podIPs } : {}) }).envs as { key: string; value: string }[]).map((e) => [e.key, e.value]));
+
+  it('a pod with its own network sees its sandbox IPs; a hostNetwork pod the node IP', () => {
+    expect(envOf(envPod(false), ['10.244.7.5', 'fd00::5'])).toEqual({ POD_IP: '10.244.7.5', POD_IPS: '10.244.7.5,fd00::5', HOST_IP: '192.0.2.10' });
+    expect(envOf(envPod(true), ['10.244.7.5'])).toEqual({ POD_IP: '192.0.2.10', POD_IPS: '192.0.2.10', HOST_IP: '192.0.2.10' });
+    expect(envOf(envPod(false))).toEqual({ POD_IP: '', POD_IPS: '', HOST_IP: '192.0.2.10' });
   });
 });
 

@@ -17,6 +17,17 @@ const obs = (containers: ObservedContainer[], ready = true): ObservedPod => ({
 const status = (p: Pod, o: ObservedPod, waiting = {}) => computePodStatus({ pod: p, observed: o, waiting, runtimeName: 'containerd', hostIP: '10.0.0.5', now: T });
 
 describe('computePodStatus', () => {
+  it('a pod with its own network: podIP and podIPs from its sandbox, hostIP from the node; kept from the previous status once the sandbox is gone', () => {
+    const own = pod('Always', { hostNetwork: false });
+    const o = obs([ctr({})]);
+    o.sandboxes[0]!.ips = ['10.244.7.5', 'fd00::5'];
+    const s = status(own, o);
+    expect(s).toMatchObject({ podIP: '10.244.7.5', podIPs: [{ ip: '10.244.7.5' }, { ip: 'fd00::5' }], hostIP: '10.0.0.5', hostIPs: [{ ip: '10.0.0.5' }] });
+    const gone = computePodStatus({ pod: own, observed: { ...o, sandboxes: [] }, waiting: {}, runtimeName: 'containerd', hostIP: '10.0.0.5', previous: s, now: T });
+    expect(gone).toMatchObject({ podIP: '10.244.7.5', podIPs: [{ ip: '10.244.7.5' }, { ip: 'fd00::5' }] });
+    expect(status(own, obs([ctr({})])).podIP).toBeUndefined();
+  });
+
   it('a running container: phase Running, Ready, running state with start time and IDs', () => {
     const s = status(pod(), obs([ctr({})]));
     expect(s.phase).toBe('Running');

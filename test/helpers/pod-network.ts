@@ -1,0 +1,37 @@
+/**
+ * The pod network scripts/containerd.sh sets up for one base directory (its CNI config),
+ * and the removal of what pods left on the host: the bridge and the host-local IPAM state
+ * outlive containerd and its sandboxes. Remove them only once the containerd has no
+ * sandbox left (FACTS.md: a sandbox whose network is gone cannot be stopped).
+ */
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+export interface PodNetwork {
+  /** CNI network name: IPAM state lives in /var/lib/cni/networks/<name>. */
+  name: string;
+  bridge: string;
+  /** The /24 pods get their IPs from. */
+  subnet: string;
+}
+
+/** Reads `<dir>/cni/net.d/10-nodelet.conflist`; throws naming the file when it is not the script's. */
+export function podNetwork(dir: string): PodNetwork {
+  const file = path.join(dir, 'cni/net.d/10-nodelet.conflist');
+  const conf = JSON.parse(fs.readFileSync(file, 'utf8')) as { name?: unknown; plugins?: { type?: string; bridge?: unknown; ipam?: { ranges?: { subnet?: unknown }[][] } }[] };
+  const bridge = conf.plugins?.find((p) => p.type === 'bridge');
+  const subnet = bridge?.ipam?.ranges?.[0]?.[0]?.subnet;
+  if (typeof conf.name !== 'string' || !/^nodelet-\d+$/.test(conf.name) || typeof bridge?.bridge !== 'string' || typeof subnet !== 'string') {
+    throw new Error(`${file}: not a conflist written by scripts/containerd.sh (name, bridge plugin, ipam range)`);
+  }
+  return { name: conf.name, bridge: bridge.bridge, subnet };
+}
+
+/** Deletes the bridge (when present) and the IPAM state of that network. */
+export async function removePodNetwork(net: PodNetwork): Promise<void> {
+  if (fs.existsSync(`/sys/class/net/${net.bridge}`)) {
+    await new Promise<void>((resolve, reject) => execFile('ip', ['link', 'del', net.bridge], (err) => (err ? reject(err) : resolve())));
+  }
+  fs.rmSync(path.join('/var/lib/cni/networks', net.name), { recursive: true, force: true });
+}
