@@ -13,13 +13,13 @@ import type { Clock } from './clock.js';
 import { controlPlanePorts } from './controlplane/adapter.js';
 import type { KubeletConfiguration } from './config/types.js';
 import { parseDuration } from './config/duration.js';
-import { parseQuantity } from './config/quantity.js';
 import { errorMessage } from './errors.js';
 import { ApiEventRecorder, noEvents, nodeRef, type EventApi, type EventSink } from './events.js';
 import type { Logger } from './log.js';
 import type { Service } from './loop.js';
 import type { NodeIdentity } from './node-identity.js';
 import { readMachineFacts } from './node/facts.js';
+import { PressureMonitor, SignalReader } from './node/signals.js';
 import { LeaseRenewer, type LeaseApi } from './node/lease.js';
 import { NodeReporter, type NodeApi } from './node/reporter.js';
 import { isMirrorPod, MirrorPods, mirroredUid, type MirrorPodApi } from './pods/mirror.js';
@@ -53,6 +53,12 @@ export interface ModeContext {
   pods: { podStatus(uid: string): PodStatus | undefined; active(uid: string): boolean };
   /** The runtime's last known state, for the Node's Ready condition. */
   runtimeState: () => RuntimeState;
+  /** The Node's pod CIDR(s), comma-separated, for the runtime (called on every report; the receiver sends changes only). */
+  podCIDR?: (cidr: string) => void;
+  /** The root dir (`--root-dir`): its filesystem is the nodefs of the eviction signals. */
+  rootDir?: string;
+  /** The runtime's image filesystems (CRI ImageFsInfo mountpoints), for the imagefs signals. */
+  imageFsMountpoints?: () => Promise<string[]>;
 }
 
 export interface NodeMode {
@@ -98,7 +104,9 @@ export interface ConnectedOptions {
  */
 export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeMode {
   const { identity, config: cfg, clock, logger: log } = o;
-  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, logger: log.child({ component: 'events' }) });
+  // 12 attempts (backoff to 5 s: about 40 s), as client-go's 12 tries per event: events of a
+  // short control-plane outage are sent when it answers again, not dropped.
+  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, attempts: 12, logger: log.child({ component: 'events' }) });
   // Each static pod gets a mirror pod in the API.
   const mirrors = new MirrorPods({ api: cp.mirrorPods, nodeName: identity.nodeName, clock, logger: log.child({ component: 'mirror-pods' }) });
   return {
@@ -109,7 +117,18 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     staticPodsChanged: (pods) => mirrors.setStaticPods(pods),
     services(ctx) {
       const machine = readMachineFacts();
-      const evictionMemory = cfg.evictionHard['memory.available'];
+      // Pressure conditions from the node's measured state against evictionHard.
+      const pressure = new PressureMonitor({
+        reader: new SignalReader({
+          rootDir: ctx.rootDir ?? '/var/lib/kubelet',
+          logger: log.child({ component: 'node-signals' }),
+          ...(ctx.imageFsMountpoints ? { imageFsMountpoints: ctx.imageFsMountpoints } : {}),
+        }),
+        evictionHard: cfg.evictionHard,
+        transitionPeriodMs: parseDuration(cfg.evictionPressureTransitionPeriod ?? '5m'),
+        clock,
+        logger: log.child({ component: 'node-status' }),
+      });
       const reporter = new NodeReporter({
         api: cp.nodes,
         events,
@@ -117,16 +136,18 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
         logger: log.child({ component: 'node-status' }),
         updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
         reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
-        facts: () => ({
+        ...(ctx.podCIDR ? { onPodCIDR: ctx.podCIDR } : {}),
+        facts: async () => ({
           ...machine,
           nodeName: identity.nodeName,
           hostname: identity.hostname,
           ips: identity.ips,
           maxPods: cfg.maxPods,
-          evictionHardMemoryBytes: evictionMemory && !evictionMemory.endsWith('%') ? parseQuantity(evictionMemory).value : 0,
+          evictionHardMemoryBytes: pressure.memoryThresholdBytes(machine.memoryBytes),
           kubeletPort: cfg.port,
           kubeletVersion: `v1.32.0-nodelet.${VERSION}`,
           runtime: ctx.runtimeState(),
+          pressure: await pressure.decide(),
         }),
       });
       const statusWriter = new PodStatusWriter({

@@ -25,6 +25,7 @@ import { createNodeServer, createReadOnlyServer } from './server/https-server.js
 import { loadOrCreateServingCert } from './server/tls.js';
 import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
 import { RuntimeHealth, type RuntimeState } from './runtime/health.js';
+import { PodCidrUpdater } from './runtime/pod-cidr.js';
 import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
@@ -145,7 +146,15 @@ export class Daemon {
         if (!lock.stillOwnsPath()) throw new Error(`lock file ${lock.path} was deleted or replaced`);
       },
     });
-    const loop = eventLoopCheck();
+    // A step that holds the event loop is named in the log: debug from 50 ms (the bound
+    // nodelet's own steps keep), a warning from 1 s (healthz and the watchdog notice soon).
+    const loopLog = this.#log.child({ component: 'eventloop' });
+    const loop = eventLoopCheck({
+      onDelay: ({ maxMs }) => {
+        if (maxMs >= 1000) loopLog.warn({ maxDelayMs: maxMs }, `the event loop was blocked for ${maxMs} ms`);
+        else if (maxMs >= 50) loopLog.debug({ maxDelayMs: maxMs }, `event loop delay ${maxMs} ms`);
+      },
+    });
     this.health.add(loop);
     loop.start(this.#life.signal);
     this.#started.push({ name: 'eventloop-check', start: () => {}, stop: () => loop.stop() });
@@ -199,6 +208,8 @@ export class Daemon {
       requestTimeoutMs,
       logger: log,
     });
+    // The pod CIDR for the runtime: the config's podCIDR, then (connected) the Node's; resent when the runtime comes back.
+    const podCidr = new PodCidrUpdater({ runtime: cri, logger: log.child({ component: 'pod-cidr' }) });
     const health = new RuntimeHealth({
       runtime: cri,
       clock: this.#deps.clock,
@@ -206,8 +217,10 @@ export class Daemon {
       endpoint: cfg.containerRuntimeEndpoint,
       onChange: () => {
         if (this.#ready) this.#notifier.status(this.#statusLine());
+        void podCidr.retry();
       },
     });
+    if (cfg.podCIDR) void podCidr.update(cfg.podCIDR);
     services.push({
       name: 'runtime-health',
       start: async (signal) => {
@@ -229,8 +242,11 @@ export class Daemon {
       seccompDefault: cfg.seccompDefault,
       ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
       ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
+      resolvConf: cfg.resolvConf ?? '/etc/resolv.conf',
       nodeName: identity.nodeName,
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+      events: this.#deps.mode.events,
+      logger: log.child({ component: 'pods' }),
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).
     const mode = this.#deps.mode;
@@ -269,11 +285,11 @@ export class Daemon {
           mode.staticPodsChanged(list);
         },
       });
-      services.push({ name: 'static-pods', start: () => source.start(), stop: async () => source.stop() });
+      services.push({ name: 'static-pods', start: (signal) => source.start(signal), stop: () => source.stop() });
     } else {
       log.info('no staticPodPath: no static pods');
     }
-    services.push(...mode.services({ sources, pods, runtimeState: () => health.state() }));
+    services.push(...mode.services({ sources, pods, runtimeState: () => health.state(), rootDir: flags.rootDir, imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]), podCIDR: (cidr) => void podCidr.update(cidr) }));
 
     if (cfg.readOnlyPort !== 0) {
       const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });

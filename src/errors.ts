@@ -40,3 +40,16 @@ export function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
 }
+
+/**
+ * The server did not answer at all: the connection was refused or reset before any HTTP
+ * status (not a timeout: a server too slow to answer is a busy one). Asking such a server
+ * again costs it nothing, so retries may stay short (1 s) where the kubelet's backoff
+ * grows: a lease is renewed, a watch resumed, within a second of the server's return.
+ */
+export function unanswered(err: unknown): boolean {
+  return err instanceof NodeletError && err.code === 'UNAVAILABLE' && err.details.status === undefined;
+}
+
+/** The longest retry delay for a server that does not answer at all (see unanswered). */
+export const UNANSWERED_RETRY_CAP_MS = 1_000;

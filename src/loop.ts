@@ -127,16 +127,21 @@ export interface Service {
  */
 export abstract class LoopOwner {
   readonly #loop: Loop;
+  readonly #periodMs: number;
 
-  constructor(name: string, clock: Clock, logger?: Logger) {
-    this.#loop = new Loop({ name, turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock, ...(logger ? { logger } : {}) });
+  /** `periodMs`: the delay between turns unless the owner decides it (nextDelayMs). */
+  constructor(o: { name: string; clock: Clock; logger?: Logger; periodMs?: number }) {
+    this.#periodMs = o.periodMs ?? 1000;
+    this.#loop = new Loop({ name: o.name, turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock, ...(o.logger ? { logger: o.logger } : {}) });
   }
 
   /** One turn (tests call it directly). Should not throw: owners log and retry their own faults. */
   abstract syncOnce(): Promise<unknown>;
 
-  /** The delay before the next turn, asked after each one. */
-  abstract nextDelayMs(): number;
+  /** The delay before the next turn, asked after each one: the period, unless overridden (a backoff). */
+  nextDelayMs(): number {
+    return this.#periodMs;
+  }
 
   get running(): boolean {
     return this.#loop.running;

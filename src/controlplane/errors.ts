@@ -75,3 +75,4 @@ export function transportError(err: unknown, ctx: { method: string; path: string
   const sys = (err as { code?: unknown } | undefined)?.code;
   return new NodeletError(code, `${ctx.method} ${ctx.path}: ${errorMessage(err)}`, { method: ctx.method, path: ctx.path, ...(typeof sys === 'string' ? { cause: sys } : {}) }, { cause: err });
 }
+

@@ -16,7 +16,7 @@
  */
 import { backoffDelay, realClock, type Clock } from '../clock.js';
 import { Loop } from '../loop.js';
-import { errorMessage, isNodeletError } from '../errors.js';
+import { errorMessage, isNodeletError, UNANSWERED_RETRY_CAP_MS, unanswered } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ControlPlaneClient, KubeObject, ResourceType, WatchEvent } from './client.js';
 
@@ -126,6 +126,8 @@ export class Reflector<T extends KubeObject = KubeObject> {
   #gones = 0;
   #again = false;
   #retryAfterMs = 0;
+  /** The last failure got no answer at all from the server (errors.ts unanswered). */
+  #unanswered = false;
   #synced = false;
   #syncWaiters: Array<() => void> = [];
   /** Clock time of the last successful list, event or bookmark (0: never). */
@@ -188,6 +190,8 @@ export class Reflector<T extends KubeObject = KubeObject> {
     });
     this.#emit(this.state.replace(items, resourceVersion));
     this.lists++;
+    // One line per list: a relist after an outage (watch history lost) shows here, a resumed watch does not.
+    this.#log.info({ lists: this.lists, items: items.length, resourceVersion }, `listed ${this.#o.type.resource} (list ${this.lists})`);
     this.#succeeded();
     if (!this.#synced) {
       this.#synced = true;
@@ -260,6 +264,7 @@ export class Reflector<T extends KubeObject = KubeObject> {
   async #turn(signal: AbortSignal): Promise<void> {
     this.#retryAfterMs = 0;
     this.#again = false;
+    this.#unanswered = false;
     try {
       if (this.#needList) {
         await this.#list(signal);
@@ -289,6 +294,7 @@ export class Reflector<T extends KubeObject = KubeObject> {
         }
       }
       this.#failures++;
+      this.#unanswered = unanswered(err);
       // 429 and 504 carry Retry-After: wait at least that long (still capped by the maximum).
       const ra = isNodeletError(err) ? err.details.retryAfterSeconds : undefined;
       if (typeof ra === 'number') this.#retryAfterMs = ra * 1000;
@@ -298,10 +304,13 @@ export class Reflector<T extends KubeObject = KubeObject> {
     }
   }
 
-  /** After a turn: 0 to go on at once, else the backoff (at least a Retry-After, capped). */
+  /**
+   * After a turn: 0 to go on at once, else the backoff (at least a Retry-After, capped);
+   * a server that did not answer at all is asked again within a second.
+   */
   #nextDelayMs(): number {
     if (this.#again) return 0;
-    const maxMs = this.#o.backoffMaxMs ?? 30_000;
+    const maxMs = Math.min(this.#o.backoffMaxMs ?? 30_000, this.#unanswered ? UNANSWERED_RETRY_CAP_MS : Infinity);
     return Math.max(backoffDelay(this.#failures - 1, this.#o.backoffBaseMs ?? 200, maxMs, 0.2, this.#o.random), Math.min(this.#retryAfterMs, maxMs));
   }
 }

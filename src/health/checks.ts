@@ -6,6 +6,7 @@
  * responsive), not the runtime's or the control plane's: a dead containerd shows in the
  * node's Ready condition, because restarting nodelet would not fix it.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { realClock, type Clock } from '../clock.js';
 import { Loop } from '../loop.js';
 
@@ -79,22 +80,51 @@ export function renderHealthz(report: HealthReport, verbose: boolean): { status:
   return { status: report.ok ? 200 : 500, body: lines.join('\n') + '\n' };
 }
 
+/** How long one step held the event loop, as the event-loop check reports it. */
+export interface EventLoopDelayReport {
+  /** The longest delay seen since the last report, in ms (10 ms resolution). */
+  maxMs: number;
+}
+
 /**
  * Liveness of the event loop: a loop that should turn every `periodMs` (on the real
  * clock: its point is to notice when timers stop firing); the check fails when the last
  * turn is older than `maxLagMs`. (A fully frozen event loop cannot answer at all; this
- * catches one that is alive but starved.) Start it with the daemon; `stop()` ends it.
+ * catches one that is alive but starved.) Each turn also reads Node's event-loop delay
+ * histogram and hands its maximum since the last turn to `onDelay` (the daemon logs it:
+ * a step that held the loop is named in the log with how long). Start it with the
+ * daemon; `stop()` ends it.
  */
-export function eventLoopCheck(periodMs = 500, maxLagMs = 10_000, clock: Clock = realClock): HealthCheck & { start(signal?: AbortSignal): void; stop(): Promise<void> } {
+export function eventLoopCheck(
+  o: { periodMs?: number; maxLagMs?: number; clock?: Clock; onDelay?: (r: EventLoopDelayReport) => void } = {},
+): HealthCheck & { start(signal?: AbortSignal): void; stop(): Promise<void> } {
+  const { periodMs = 500, maxLagMs = 10_000, clock = realClock } = o;
   let last = clock.now();
-  const loop = new Loop({ name: 'eventloop-check', turn: async () => void (last = clock.now()), delayMs: () => periodMs, clock });
+  const histogram = monitorEventLoopDelay({ resolution: 10 });
+  const loop = new Loop({
+    name: 'eventloop-check',
+    turn: async () => {
+      last = clock.now();
+      const maxMs = Math.round(histogram.max / 1e6);
+      histogram.reset();
+      if (maxMs > 0) o.onDelay?.({ maxMs });
+    },
+    delayMs: () => periodMs,
+    clock,
+  });
   return {
     name: 'eventloop',
     check() {
       const lag = clock.now() - last;
       if (lag > maxLagMs) throw new Error(`event loop stalled for ${lag}ms`);
     },
-    start: (signal) => loop.start(signal),
-    stop: () => loop.stop(),
+    start: (signal) => {
+      histogram.enable();
+      loop.start(signal);
+    },
+    stop: async () => {
+      await loop.stop();
+      histogram.disable();
+    },
   };
 }

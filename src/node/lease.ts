@@ -11,8 +11,8 @@
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
-import { Loop } from '../loop.js';
-import { NodeletError, errorMessage } from '../errors.js';
+import { LoopOwner } from '../loop.js';
+import { NodeletError, errorMessage, UNANSWERED_RETRY_CAP_MS, unanswered } from '../errors.js';
 import type { Logger } from '../log.js';
 
 export const NODE_LEASE_NAMESPACE = 'kube-node-lease';
@@ -40,16 +40,17 @@ export function microTime(ms: number): string {
   return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }
 
-export class LeaseRenewer {
+export class LeaseRenewer extends LoopOwner {
   readonly #o: LeaseRenewerOptions;
   #cached: Lease | undefined;
   #failures = 0;
   #lastRenew = 0;
-  readonly #loop: Loop;
+  /** The last failure got no answer from the server at all (see nextDelayMs). */
+  #unanswered = false;
 
   constructor(o: LeaseRenewerOptions) {
+    super({ name: 'lease', clock: o.clock, logger: o.logger });
     this.#o = o;
-    this.#loop = new Loop({ name: 'lease', turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock });
   }
 
   /** Clock time of the last successful renewal (0: never). */
@@ -57,9 +58,15 @@ export class LeaseRenewer {
     return this.#lastRenew;
   }
 
-  /** Delay before the next turn: the renew interval with ±4 % jitter, or the failure backoff. */
-  nextDelayMs(): number {
-    if (this.#failures > 0) return backoffDelay(this.#failures - 1, 200, 7_000);
+  /**
+   * Delay before the next turn: the renew interval with ±4 % jitter, or the failure
+   * backoff (the kubelet's 200 ms doubling to 7 s). A server that did not answer at all
+   * (connection refused or reset: no HTTP status) is asked again within 1 s, since asking
+   * costs it nothing; so the lease is renewed within a second of it answering again, while
+   * a server that answers with errors (5xx, 429) or too slowly gets the whole backoff.
+   */
+  override nextDelayMs(): number {
+    if (this.#failures > 0) return backoffDelay(this.#failures - 1, 200, this.#unanswered ? UNANSWERED_RETRY_CAP_MS : 7_000);
     return backoffDelay(0, this.#o.leaseDurationSeconds * 250, Number.MAX_SAFE_INTEGER, 0.04, this.#o.rand);
   }
 
@@ -107,6 +114,7 @@ export class LeaseRenewer {
       return this.#ok();
     } catch (err) {
       this.#failures++;
+      this.#unanswered = unanswered(err);
       if (this.#failures === 1 || this.#failures % 10 === 0) log.warn({ err: errorMessage(err), failures: this.#failures }, `cannot renew the node lease: ${errorMessage(err)}`);
       return false;
     }
@@ -117,14 +125,6 @@ export class LeaseRenewer {
     this.#failures = 0;
     this.#lastRenew = this.#o.clock.now();
     return true;
-  }
-
-  start(signal?: AbortSignal): void {
-    this.#loop.start(signal);
-  }
-
-  stop(): Promise<void> {
-    return this.#loop.stop();
   }
 
 }

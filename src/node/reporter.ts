@@ -11,7 +11,7 @@
  */
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
-import { Loop } from '../loop.js';
+import { LoopOwner } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import { nodeRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
@@ -28,8 +28,8 @@ export interface NodeApi {
 
 export interface NodeReporterOptions {
   api: NodeApi;
-  /** Fresh facts for each turn (runtime state, capacity). */
-  facts: () => NodeFacts;
+  /** Fresh facts for each turn (runtime state, capacity, measured pressure); must not reject. */
+  facts: () => NodeFacts | Promise<NodeFacts>;
   clock: Clock;
   logger: Logger;
   updateFrequencyMs: number;
@@ -37,23 +37,35 @@ export interface NodeReporterOptions {
   rand?: () => number;
   /** Ready transitions go here as NodeReady / NodeNotReady events. */
   events?: EventSink;
+  /**
+   * The Node's spec.podCIDRs (comma-joined; spec.podCIDR when only that is set), from every
+   * Node the control plane answers with (create, get, status patch), as the kubelet reads
+   * its Node's pod CIDR on each status turn.
+   */
+  onPodCIDR?: (cidr: string) => void;
+}
+
+/** The Node's pod CIDRs as the kubelet passes them on: podCIDRs joined by commas, else podCIDR. */
+export function nodePodCIDR(node: Node | undefined): string {
+  const list = node?.spec?.podCIDRs?.filter((c) => typeof c === 'string' && c !== '') ?? [];
+  return list.length ? list.join(',') : typeof node?.spec?.podCIDR === 'string' ? node.spec.podCIDR : '';
 }
 
 const FAST_MS = 100;
 const FAST_FOR_MS = 120_000;
 
-export class NodeReporter {
+export class NodeReporter extends LoopOwner {
   readonly #o: NodeReporterOptions;
   #registered = false;
   #last: NodeStatus | undefined;
   #lastReport = 0;
   #startedAt = 0;
   #everReady = false;
-  readonly #loop: Loop;
+  #failures = 0;
 
   constructor(o: NodeReporterOptions) {
+    super({ name: 'node-status', clock: o.clock, logger: o.logger });
     this.#o = o;
-    this.#loop = new Loop({ name: 'node-status', turn: () => this.syncOnce(), delayMs: () => this.nextDelayMs(), clock: o.clock });
   }
 
   get registered(): boolean {
@@ -68,13 +80,14 @@ export class NodeReporter {
   async #register(facts: NodeFacts, now: string): Promise<void> {
     const { api } = this.#o;
     try {
-      await api.createNode(registrationNode(facts, now));
+      this.#notePodCIDR(await api.createNode(registrationNode(facts, now)));
       this.#o.logger.info({ node: facts.nodeName }, `registered node ${facts.nodeName}`);
     } catch (err) {
       if (!(err instanceof NodeletError && (err.code === 'ALREADY_EXISTS' || err.code === 'CONFLICT'))) throw err;
       const existing = await api.getNode(facts.nodeName);
       if (!existing) throw err;
       this.#last = existing.status;
+      this.#notePodCIDR(existing);
       this.#o.logger.info({ node: facts.nodeName }, `node ${facts.nodeName} already registered; reporting its status`);
     }
     this.#registered = true;
@@ -86,12 +99,22 @@ export class NodeReporter {
     const now = clock.now();
     const stamp = new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
     try {
-      const facts = this.#o.facts();
+      const facts = await this.#o.facts();
       if (!this.#registered) await this.#register(facts, stamp);
+      else {
+        // As the kubelet: the Node as the control plane has it now is what the new status is
+        // compared with, so a change made by someone else (the node lifecycle controller's
+        // Unknown after an outage) is corrected at once, not at the next report interval.
+        const current = await this.#o.api.getNode(facts.nodeName);
+        if (!current) throw new NodeletError('NOT_FOUND', `node ${facts.nodeName} not found`);
+        this.#notePodCIDR(current);
+        this.#last = current.status;
+      }
       const next = nodeStatus(facts, this.#last, stamp);
       const due = now - this.#lastReport >= this.#o.reportFrequencyMs;
-      if (!statusChanged(this.#last, next) && !due) return;
+      if (!statusChanged(this.#last, next) && !due) return this.#answered();
       const node = await this.#o.api.patchNodeStatus(facts.nodeName, next);
+      this.#notePodCIDR(node);
       const before = this.#last?.conditions?.find((c) => c.type === 'Ready')?.status;
       this.#last = node.status ?? next;
       this.#lastReport = now;
@@ -102,24 +125,32 @@ export class NodeReporter {
       }
       if (ready?.status === 'True' && !this.#everReady) this.#o.logger.info({ node: facts.nodeName }, `node ${facts.nodeName} is Ready`);
       if (ready?.status === 'True') this.#everReady = true;
+      this.#answered();
     } catch (err) {
-      this.#o.logger.warn({ err: errorMessage(err) }, `cannot update node status: ${errorMessage(err)}`);
+      // An unreachable control plane: said once, then every tenth turn.
+      if (++this.#failures === 1 || this.#failures % 10 === 0) this.#o.logger.warn({ err: errorMessage(err), failures: this.#failures }, `cannot update node status: ${errorMessage(err)}`);
     }
   }
 
-  nextDelayMs(): number {
+  /** The control plane answered the turn: the failure streak, if any, is over. */
+  #answered(): void {
+    if (this.#failures > 0) this.#o.logger.info({ after: this.#failures }, 'node status updated again');
+    this.#failures = 0;
+  }
+
+  #notePodCIDR(node: Node | undefined): void {
+    const cidr = nodePodCIDR(node);
+    if (cidr !== '') this.#o.onPodCIDR?.(cidr);
+  }
+
+  override nextDelayMs(): number {
     const now = this.#o.clock.now();
     if (!this.#everReady && now - this.#startedAt < FAST_FOR_MS) return FAST_MS;
     return backoffDelay(0, this.#o.updateFrequencyMs, Number.MAX_SAFE_INTEGER, 0.04, this.#o.rand);
   }
 
-  start(signal?: AbortSignal): void {
+  override start(signal?: AbortSignal): void {
     this.#startedAt = this.#o.clock.now();
-    this.#loop.start(signal);
+    super.start(signal);
   }
-
-  stop(): Promise<void> {
-    return this.#loop.stop();
-  }
-
 }

@@ -5,13 +5,16 @@
  * status differs from the last one reported (heartbeat times aside).
  *
  * Conditions (reasons and messages are the kubelet's): MemoryPressure, DiskPressure,
- * PIDPressure (False while nodelet does not evict), then Ready last. Ready is False with
+ * PIDPressure as node/pressure.ts decided them from the measured signals (a condition it
+ * could not decide this turn keeps what it said before, or is Unknown at first), then Ready
+ * last. Ready is False with
  * KubeletNotReady and every reason joined when the runtime is down, not ready, or its
  * network is not ready, as the kubelet reports a node without CNI. `lastTransitionTime`
  * moves only when a condition's status changes; `lastHeartbeatTime` on every report.
  */
 import type { Node, NodeAddress, NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
 import type { RuntimeState } from '../runtime/health.js';
+import type { PressureDecision, PressureType } from './pressure.js';
 
 export interface NodeFacts {
   nodeName: string;
@@ -29,13 +32,15 @@ export interface NodeFacts {
   /** e.g. `v1.32.0-nodelet.0.1.0`: what `kubectl get nodes` shows as VERSION. */
   kubeletVersion: string;
   runtime: RuntimeState;
+  /** Per pressure condition: true under pressure, false not, absent when undecided this turn. */
+  pressure: PressureDecision;
   info: { machineID: string; systemUUID: string; bootID: string; kernelVersion: string; osImage: string };
 }
 
-const PRESSURE: { type: string; ok: [string, string] }[] = [
-  { type: 'MemoryPressure', ok: ['KubeletHasSufficientMemory', 'kubelet has sufficient memory available'] },
-  { type: 'DiskPressure', ok: ['KubeletHasNoDiskPressure', 'kubelet has no disk pressure'] },
-  { type: 'PIDPressure', ok: ['KubeletHasSufficientPID', 'kubelet has sufficient PID available'] },
+const PRESSURE: { type: PressureType; ok: [string, string]; bad: [string, string]; what: string }[] = [
+  { type: 'MemoryPressure', ok: ['KubeletHasSufficientMemory', 'kubelet has sufficient memory available'], bad: ['KubeletHasInsufficientMemory', 'kubelet has insufficient memory available'], what: 'memory' },
+  { type: 'DiskPressure', ok: ['KubeletHasNoDiskPressure', 'kubelet has no disk pressure'], bad: ['KubeletHasDiskPressure', 'kubelet has disk pressure'], what: 'disk' },
+  { type: 'PIDPressure', ok: ['KubeletHasSufficientPID', 'kubelet has sufficient PID available'], bad: ['KubeletHasInsufficientPID', 'kubelet has insufficient PID available'], what: 'PID' },
 ];
 
 /** Why the node is not ready, in the kubelet's words; empty when it is. */
@@ -62,8 +67,21 @@ function condition(type: string, status: 'True' | 'False' | 'Unknown', reason: s
   };
 }
 
+/** One pressure condition: decided, or (undecided) as it was with a new heartbeat, or Unknown when there was none. */
+function pressureCondition(p: (typeof PRESSURE)[number], decided: boolean | undefined, now: string, previous?: NodeCondition[]): NodeCondition {
+  if (decided !== undefined) {
+    const [reason, message] = decided ? p.bad : p.ok;
+    return condition(p.type, decided ? 'True' : 'False', reason, message, now, previous);
+  }
+  const prev = previous?.find((c) => c.type === p.type);
+  if (prev?.status === 'True' || prev?.status === 'False' || prev?.status === 'Unknown') {
+    return condition(p.type, prev.status, prev.reason ?? '', prev.message ?? '', now, previous);
+  }
+  return condition(p.type, 'Unknown', 'NodeStatusUnknown', `kubelet cannot measure ${p.what} pressure yet`, now, previous);
+}
+
 export function nodeConditions(facts: NodeFacts, previous: NodeCondition[] | undefined, now: string): NodeCondition[] {
-  const out = PRESSURE.map((p) => condition(p.type, 'False', p.ok[0], p.ok[1], now, previous));
+  const out = PRESSURE.map((p) => pressureCondition(p, facts.pressure[p.type], now, previous));
   const errors = readinessErrors(facts.runtime);
   out.push(
     errors.length === 0
@@ -117,9 +135,38 @@ export function registrationNode(facts: NodeFacts, now: string): Node {
   };
 }
 
-/** True when `next` says something `prev` did not (heartbeat times ignored): worth a patch before the report interval. */
+/** JSON with object keys sorted: the server may answer fields in another order. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v)
+      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/**
+ * True when `next` says something `prev` (the Node's status as the control plane has it)
+ * does not (heartbeat times ignored): worth a patch before the report interval. Only what
+ * nodelet writes is compared: conditions of other types (a network plugin's
+ * NetworkUnavailable) and capacity keys of other managers are theirs, left alone by the
+ * strategic merge patch and no reason to write.
+ */
 export function statusChanged(prev: NodeStatus | undefined, next: NodeStatus): boolean {
   if (!prev) return true;
-  const strip = (s: NodeStatus) => ({ ...s, conditions: (s.conditions ?? []).map(({ lastHeartbeatTime: _h, ...c }) => c) });
-  return JSON.stringify(strip(prev)) !== JSON.stringify(strip(next));
+  const cond = (s: NodeStatus, type: string) => {
+    const c = s.conditions?.find((x) => x.type === type);
+    if (!c) return undefined;
+    const { lastHeartbeatTime: _h, ...rest } = c;
+    return rest;
+  };
+  for (const c of next.conditions ?? []) if (canonical(cond(prev, c.type)) !== canonical(cond(next, c.type))) return true;
+  for (const key of ['capacity', 'allocatable'] as const) {
+    for (const [k, v] of Object.entries(next[key] ?? {})) if (prev[key]?.[k] !== v) return true;
+  }
+  for (const key of ['addresses', 'daemonEndpoints', 'nodeInfo'] as const) if (canonical(prev[key]) !== canonical(next[key])) return true;
+  return false;
 }

@@ -95,7 +95,7 @@ export class MirrorPods extends LoopOwner {
   readonly #reported = new Map<string, string>();
 
   constructor(o: MirrorPodsOptions) {
-    super('mirror-pods', o.clock ?? realClock);
+    super({ name: 'mirror-pods', clock: o.clock ?? realClock, periodMs: o.periodMs ?? 1000 });
     this.#o = { clock: realClock, periodMs: 1000, ...o };
   }
 
@@ -106,10 +106,6 @@ export class MirrorPods extends LoopOwner {
   /** This node's pods in the API (mirror pods among them). Until the first set, nothing is done. */
   setApiPods(pods: Pod[]): void {
     this.#api = pods;
-  }
-
-  nextDelayMs(): number {
-    return this.#o.periodMs;
   }
 
   /** One turn. Never throws: failures are logged once each and retried on the next turn. */

@@ -158,7 +158,7 @@ export class StaticPodSource extends LoopOwner {
   #stopped = false;
 
   constructor(o: StaticPodSourceOptions) {
-    super('static-pods', realClock, o.logger);
+    super({ name: 'static-pods', clock: realClock, logger: o.logger, periodMs: o.rescanMs ?? 1000 });
     this.#o = { rescanMs: 1000, ...o };
   }
 
@@ -185,9 +185,6 @@ export class StaticPodSource extends LoopOwner {
     return this.scan();
   }
 
-  nextDelayMs(): number {
-    return this.#o.rescanMs;
-  }
 
   /** One scan; concurrent requests coalesce into one more run. */
   scan(): Promise<void> {

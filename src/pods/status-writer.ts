@@ -57,17 +57,13 @@ export class PodStatusWriter extends LoopOwner {
   readonly #failures = new Map<string, string>();
 
   constructor(o: PodStatusWriterOptions) {
-    super('pod-status', o.clock ?? realClock);
+    super({ name: 'pod-status', clock: o.clock ?? realClock, periodMs: o.periodMs ?? 1000 });
     this.#o = { clock: realClock, periodMs: 1000, ...o };
   }
 
   /** The control plane's full set of this node's pods (from the reflector). */
   setApiPods(pods: Pod[]): void {
     this.#apiPods = pods;
-  }
-
-  nextDelayMs(): number {
-    return this.#o.periodMs;
   }
 
   /** One turn: write changed statuses, finish deletions. Never throws. */

@@ -243,24 +243,23 @@ export async function removeTree(dir: string, mounter: Mounter): Promise<void> {
   if (!real) return;
   const mounted = (await mounter.mountPoints()).filter((m) => under(real, m));
   if (mounted.length) throw new NodeletError('INTERNAL', `will not remove ${dir}: ${mounted.join(', ')} ${mounted.length === 1 ? 'is a mount point' : 'are mount points'}`);
-  let st: fs.Stats;
+  const st = await lstatOrUndefined(real);
+  if (st) await removeWalk(real, st.dev);
+}
+
+/** lstat, or undefined when the path does not exist. */
+async function lstatOrUndefined(p: string): Promise<fs.Stats | undefined> {
   try {
-    st = await fsp.lstat(real);
+    return await fsp.lstat(p);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
   }
-  await removeWalk(real, st.dev);
 }
 
 async function removeWalk(p: string, dev: number): Promise<void> {
-  let st: fs.Stats;
-  try {
-    st = await fsp.lstat(p);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw err;
-  }
+  const st = await lstatOrUndefined(p);
+  if (!st) return;
   if (st.dev !== dev) throw new NodeletError('INTERNAL', `will not remove ${p}: it is on another filesystem (a mount point)`);
   if (st.isDirectory()) {
     for (const name of await fsp.readdir(p)) await removeWalk(path.join(p, name), dev);

@@ -130,7 +130,7 @@ export class RuntimeHealth extends LoopOwner {
 
   constructor(o: RuntimeHealthOptions) {
     const log = (o.logger ?? silentLogger()).child({ component: 'runtime-health' });
-    super('runtime-health', o.clock, log);
+    super({ name: 'runtime-health', clock: o.clock, logger: log });
     this.#o = { intervalMs: 5000, backoffBaseMs: 1000, backoffMaxMs: 5000, ...o };
     this.#log = log;
   }
@@ -176,7 +176,7 @@ export class RuntimeHealth extends LoopOwner {
   }
 
   /** Delay before the next check: the interval while answering, else the capped backoff. */
-  nextDelayMs(): number {
+  override nextDelayMs(): number {
     if (this.#failures === 0) return this.#o.intervalMs;
     return backoffDelay(this.#failures - 1, this.#o.backoffBaseMs, this.#o.backoffMaxMs);
   }

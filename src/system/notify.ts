@@ -71,11 +71,7 @@ export class WatchdogLoop extends LoopOwner {
   constructor(
     private readonly deps: { notifier: Notifier; health: HealthRegistry; timeoutMs: number; clock: Clock; logger: Logger },
   ) {
-    super('watchdog', deps.clock, deps.logger);
-  }
-
-  nextDelayMs(): number {
-    return this.periodMs;
+    super({ name: 'watchdog', clock: deps.clock, logger: deps.logger, periodMs: deps.timeoutMs / 2 });
   }
 
   get periodMs(): number {

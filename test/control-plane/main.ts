@@ -1,6 +1,8 @@
 /**
  * Standalone control plane: `npm run control-plane -- --port <n> --kubeconfig <file>
- * [--pki-dir <dir>] [--node-monitor-grace-period <seconds>]`. Writes a kubeconfig with an
+ * [--pki-dir <dir>] [--node-monitor-grace-period <seconds>] [--cluster-cidr <cidr>
+ * [--node-cidr-mask-size <n>]]`. With --cluster-cidr each new Node gets a pod CIDR (a /24
+ * by default), as kube-controller-manager's --allocate-node-cidrs. Writes a kubeconfig with an
  * admin client certificate (group system:masters), prints the URL, and runs until SIGINT or
  * SIGTERM.
  */
@@ -23,9 +25,17 @@ async function main(): Promise<void> {
     .requiredOption('--kubeconfig <file>', 'where to write an admin kubeconfig')
     .option('--pki-dir <dir>', 'where to write the CA and certificates (default: a temporary directory)')
     .option('--node-monitor-grace-period <seconds>', 'node monitor grace period', int('node-monitor-grace-period'), 50)
+    .option('--cluster-cidr <cidr>', 'IPv4 range to give each new Node a pod CIDR from (spec.podCIDR), as --allocate-node-cidrs')
+    .option('--node-cidr-mask-size <n>', 'prefix length of each Node\'s pod CIDR', int('node-cidr-mask-size'), 24)
     .parse(process.argv);
-  const o = program.opts<{ host: string; port: number; kubeconfig: string; pkiDir?: string; nodeMonitorGracePeriod: number }>();
-  const cp = await startControlPlane({ host: o.host, port: o.port, nodeMonitorGracePeriodMs: o.nodeMonitorGracePeriod * 1000, ...(o.pkiDir ? { pkiDir: o.pkiDir } : {}) });
+  const o = program.opts<{ host: string; port: number; kubeconfig: string; pkiDir?: string; nodeMonitorGracePeriod: number; clusterCidr?: string; nodeCidrMaskSize: number }>();
+  const cp = await startControlPlane({
+    host: o.host,
+    port: o.port,
+    nodeMonitorGracePeriodMs: o.nodeMonitorGracePeriod * 1000,
+    ...(o.pkiDir ? { pkiDir: o.pkiDir } : {}),
+    ...(o.clusterCidr !== undefined ? { clusterCIDR: o.clusterCidr, nodeCIDRMaskSize: o.nodeCidrMaskSize } : {}),
+  });
   cp.writeKubeconfig(o.kubeconfig, { user: 'admin', groups: ['system:masters'] });
   process.stdout.write(`control plane listening on ${cp.url}; kubeconfig written to ${o.kubeconfig}\n`);
   const stop = (): void => {

@@ -17,6 +17,8 @@ import YAML from 'yaml';
 import { realClock, type Clock } from '../../src/clock.js';
 import { DecodeError, checkFields, parseJsonStrict, parseYamlStrict } from './decode.js';
 import { SERVER_VERSION, apiGroup, apiGroupList, apiResourceList, apiVersions, openApiDocument, openApiIndex } from './discovery.js';
+import { NodeCidrAllocator } from './cidr.js';
+import { columnsFor } from './columns.js';
 import { nodeLifecycle } from './lifecycle.js';
 import { PatchError, applyJsonPatch, applyMergePatch, applyStrategicMergePatch } from './patch.js';
 import { Pki } from './pki.js';
@@ -39,6 +41,13 @@ export interface ControlPlaneOptions {
   bookmarkIntervalMs?: number;
   /** How often the node lifecycle check runs on real timers (default 1000; 0 = only through syncNodeLifecycle()). */
   nodeLifecycleIntervalMs?: number;
+  /**
+   * The controller manager's `--allocate-node-cidrs --cluster-cidr`: each new Node gets a
+   * block of this IPv4 range in spec.podCIDR/podCIDRs, freed when it is deleted. Unset: none.
+   */
+  clusterCIDR?: string;
+  /** `--node-cidr-mask-size`: the size of each node's block (default 24). */
+  nodeCIDRMaskSize?: number;
 }
 
 export interface AccessAttributes {
@@ -198,6 +207,7 @@ class Server {
   readonly graceMs: number;
   private readonly tooLargeWaitMs: number;
   private readonly bookmarkMs: number;
+  private readonly cidrs: NodeCidrAllocator | undefined;
   url = '';
 
   constructor(opts: ControlPlaneOptions) {
@@ -208,6 +218,13 @@ class Server {
     this.tooLargeWaitMs = opts.tooLargeResourceVersionWaitMs ?? 3000;
     this.bookmarkMs = opts.bookmarkIntervalMs ?? 60_000;
     this.store = new Store(this.clock, this.historyWindowMs);
+    this.cidrs = opts.clusterCIDR !== undefined ? new NodeCidrAllocator(opts.clusterCIDR, opts.nodeCIDRMaskSize) : undefined;
+    // A deleted node's pod CIDR is free again.
+    if (this.cidrs) {
+      this.store.subscribe((ev) => {
+        if (ev.resource === 'nodes' && ev.type === 'DELETED' && typeof ev.object['spec']?.['podCIDR'] === 'string') this.cidrs!.release(ev.name, ev.object['spec']['podCIDR']);
+      });
+    }
     for (const ns of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
       this.store.put('namespaces', '', ns, this.newMeta(findResource('', 'v1', 'namespaces')!, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns }, spec: {}, status: { phase: 'Active' } }));
     }
@@ -431,7 +448,7 @@ class Server {
     if (rv !== null && rv !== '' && rv !== '0') await this.waitForRv(this.parseRv(rv));
     const o = this.readable(t.def, this.nsKey(t), t.name!);
     if (!o) throw notFound(t.def, t.name!);
-    const body = neg.table ? this.table([o], { resourceVersion: o['metadata']['resourceVersion'] }) : o;
+    const body = neg.table ? this.table(t.def.kind, [o], { resourceVersion: o['metadata']['resourceVersion'] }) : o;
     this.send(req, res, 200, body, neg, {}, true);
   }
 
@@ -503,21 +520,19 @@ class Server {
       meta['continue'] = Buffer.from(JSON.stringify(tok)).toString('base64url');
       if (sel.labels.length === 0 && sel.fields.length === 0) meta['remainingItemCount'] = filtered.length - limit;
     }
-    const body = neg.table ? this.table(page, meta) : { kind: `${t.def.kind}List`, apiVersion: apiVersionOf(t.def), metadata: meta, items: page.map(stripTypeMeta) };
+    const body = neg.table ? this.table(t.def.kind, page, meta) : { kind: `${t.def.kind}List`, apiVersion: apiVersionOf(t.def), metadata: meta, items: page.map(stripTypeMeta) };
     this.send(req, res, 200, body, neg, {}, true);
   }
 
-  private table(objs: Obj[], meta: Obj): Obj {
+  private table(kind: string, objs: Obj[], meta: Obj): Obj {
+    const now = this.clock.now();
     return {
       kind: 'Table',
       apiVersion: 'meta.k8s.io/v1',
       metadata: meta,
-      columnDefinitions: [
-        { name: 'Name', type: 'string', format: 'name', description: 'Name must be unique within a namespace.', priority: 0 },
-        { name: 'Created At', type: 'date', format: '', description: 'CreationTimestamp is a timestamp representing the server time when this object was created.', priority: 0 },
-      ],
+      columnDefinitions: columnsFor(kind, {}, now).columns,
       rows: objs.map((o) => ({
-        cells: [o['metadata']?.['name'] ?? '', o['metadata']?.['creationTimestamp'] ?? ''],
+        cells: columnsFor(kind, o, now).cells,
         object: { kind: 'PartialObjectMetadata', apiVersion: 'meta.k8s.io/v1', metadata: withoutManaged(o['metadata'] ?? {}) },
       })),
     };
@@ -562,7 +577,7 @@ class Server {
     }
     res.writeHead(200, { 'Content-Type': neg.yaml ? 'application/yaml' : 'application/json', 'Transfer-Encoding': 'chunked', 'Cache-Control': 'no-cache, private' });
     res.flushHeaders();
-    const render = (o: Obj): Obj => (neg.table ? this.table([o], { resourceVersion: o['metadata']?.['resourceVersion'] }) : o);
+    const render = (o: Obj): Obj => (neg.table ? this.table(t.def.kind, [o], { resourceVersion: o['metadata']?.['resourceVersion'] }) : o);
     const write = (type: string, o: Obj): void => {
       const ev = { type, object: render(o) };
       res.write(neg.yaml ? `---\n${YAML.stringify(ev)}` : `${JSON.stringify(ev)}\n`);
@@ -743,9 +758,31 @@ class Server {
     if (this.store.get(def.resource, this.nsKey(tt), name)) {
       throw new ApiError(409, 'AlreadyExists', `${def.resource}${def.group ? `.${def.group}` : ''} "${name}" already exists`, { name, group: def.group, kind: def.resource });
     }
+    if (def.kind === 'Node' && !dryRun) this.assignPodCIDR(obj, name);
     const managed = recordUpdate({ before: undefined, after: obj, manager, apiVersion: apiVersionOf(def), kind: def.kind, now: isoNow(this.clock), schema: def.schema }) as Obj;
     if (dryRun) return managed;
     return this.store.put(def.resource, this.nsKey(tt), name, managed);
+  }
+
+  /**
+   * The node IPAM controller's part of a node's creation: a node without spec.podCIDR gets
+   * the lowest free block (none when the range is full, as the controller then only
+   * reports CIDRNotAvailable); one that brings its own has it recorded.
+   */
+  private assignPodCIDR(node: Obj, name: string): void {
+    if (!this.cidrs) return;
+    const spec: Obj = (node['spec'] = node['spec'] ?? {});
+    if (typeof spec['podCIDR'] === 'string' && spec['podCIDR'] !== '') {
+      this.cidrs.occupy(name, spec['podCIDR']);
+      return;
+    }
+    try {
+      const cidr = this.cidrs.allocate(name);
+      spec['podCIDR'] = cidr;
+      spec['podCIDRs'] = [cidr];
+    } catch {
+      // Range full: the node stays without a pod CIDR.
+    }
   }
 
   /** Server-owned parts of an update: identity and deletion fields come from the stored object; the other half of a status split is kept. */
@@ -862,6 +899,7 @@ class Server {
         // create() recorded an Update entry; the apply's entries stand instead.
         created['metadata']['managedFields'] = result['metadata']['managedFields'];
         if (dryRun) return { obj: created, created: true, warnings };
+        if (def.kind === 'Node') this.assignPodCIDR(created, name);
         return { obj: this.store.put(def.resource, ns, name, created), created: true, warnings };
       }
       const next = this.carryOver(def, old, result, t.subresource);

@@ -88,7 +88,9 @@ export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cw
   for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'JOURNAL_STREAM'] as const) {
     if (!(opts.env && k in opts.env)) delete env[k];
   }
-  const child = spawn(process.execPath, [nodeletBin, ...args], { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  // NODELET_TEST_NODE_ARGS: extra node flags for a profiling run (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).
+  const nodeArgs = (process.env.NODELET_TEST_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, nodeletBin, ...args], { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   return new NodeletProcess(child);
 }
 

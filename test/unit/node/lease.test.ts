@@ -90,7 +90,8 @@ describe('LeaseRenewer', () => {
     const jittered = new LeaseRenewer({ api, nodeName: 'n1', leaseDurationSeconds: 40, clock: new ManualClock(), logger: silentLogger(), rand: () => 1 });
     expect(jittered.nextDelayMs()).toBe(10_400);
     api.nodes.set('n1', { metadata: { name: 'n1', uid: 'u' } });
-    api.fail = new NodeletError('UNAVAILABLE', 'connection refused');
+    // A server that answers with an error gets the kubelet's whole backoff.
+    api.fail = new NodeletError('UNAVAILABLE', 'PUT lease: 503 the server is shutting down', { status: 503 });
     const delays: number[] = [];
     for (let i = 0; i < 7; i++) {
       expect(await r.syncOnce()).toBe(false);
@@ -100,5 +101,17 @@ describe('LeaseRenewer', () => {
     api.fail = undefined;
     expect(await r.syncOnce()).toBe(true);
     expect(r.nextDelayMs()).toBe(10_000);
+  });
+
+  it('a server that does not answer at all (refused, reset) is asked again within 1 s, so the lease follows its return at once', async () => {
+    const { api, r } = setup();
+    api.nodes.set('n1', { metadata: { name: 'n1', uid: 'u' } });
+    api.fail = new NodeletError('UNAVAILABLE', 'PUT lease: connect ECONNREFUSED 127.0.0.1:6443');
+    const delays: number[] = [];
+    for (let i = 0; i < 7; i++) {
+      expect(await r.syncOnce()).toBe(false);
+      delays.push(r.nextDelayMs());
+    }
+    expect(delays).toEqual([200, 400, 800, 1000, 1000, 1000, 1000]);
   });
 });

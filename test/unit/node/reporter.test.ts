@@ -22,10 +22,21 @@ class MemNodes implements NodeApi {
     this.nodes.set(n.metadata!.name!, { ...n, metadata: { ...n.metadata, uid: 'uid-1' } });
     return this.nodes.get(n.metadata!.name!)!;
   }
+  /** As the API server's strategic merge patch of a Node status: conditions and addresses by type, maps by key. */
   async patchNodeStatus(name: string, status: NodeStatus) {
     this.calls.push('patch');
     if (this.down) throw new NodeletError('UNAVAILABLE', 'connection refused');
-    const n = { ...this.nodes.get(name)!, status };
+    const cur = this.nodes.get(name)!;
+    const byType = <T extends { type: string }>(old: T[] = [], patch: T[] = []) => [...old.map((o) => patch.find((p) => p.type === o.type) ?? o), ...patch.filter((p) => !old.some((o) => o.type === p.type))];
+    const merged: NodeStatus = {
+      ...cur.status,
+      ...status,
+      capacity: { ...cur.status?.capacity, ...status.capacity },
+      allocatable: { ...cur.status?.allocatable, ...status.allocatable },
+      conditions: byType(cur.status?.conditions, status.conditions),
+      addresses: byType(cur.status?.addresses, status.addresses),
+    };
+    const n = { ...cur, status: merged };
     this.nodes.set(name, n);
     return n;
   }
@@ -38,9 +49,11 @@ function setup(existing?: Node) {
   if (existing) api.nodes.set('n1', existing);
   const clock = new ManualClock();
   let runtime: RuntimeState = { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: 'down' };
-  const facts = (): NodeFacts => ({
+  let pressure: NodeFacts['pressure'] = { MemoryPressure: false, DiskPressure: false, PIDPressure: false };
+  // Asynchronous, as the daemon's facts are (the pressure signals are measured each turn).
+  const facts = async (): Promise<NodeFacts> => ({
     nodeName: 'n1', hostname: 'n1', ips: ['192.0.2.1'], os: 'linux', arch: 'amd64', cpuCores: 2, memoryBytes: 2 ** 30, maxPods: 110,
-    evictionHardMemoryBytes: 100 * 2 ** 20, kubeletPort: 10250, kubeletVersion: 'v1.32.0-nodelet', runtime,
+    evictionHardMemoryBytes: 100 * 2 ** 20, kubeletPort: 10250, kubeletVersion: 'v1.32.0-nodelet', runtime, pressure,
     info: { machineID: 'm', systemUUID: 's', bootID: 'b', kernelVersion: 'k', osImage: 'o' },
   });
   const events: string[] = [];
@@ -48,7 +61,7 @@ function setup(existing?: Node) {
     api, facts, clock, logger: silentLogger(), updateFrequencyMs: 10_000, reportFrequencyMs: 300_000, rand: () => 0.5,
     events: { emit: (ref, type, reason, message) => events.push(`${ref.kind}/${ref.name} ${type} ${reason}: ${message}`) },
   });
-  return { api, clock, r, events, setRuntime: (s: RuntimeState) => (runtime = s) };
+  return { api, clock, r, events, setRuntime: (s: RuntimeState) => (runtime = s), setPressure: (p: NodeFacts['pressure']) => (pressure = p) };
 }
 
 const readyOf = (n: Node | undefined) => n?.status?.conditions?.find((c) => c.type === 'Ready');
@@ -84,10 +97,10 @@ describe('NodeReporter', () => {
     api.calls = [];
     clock.t += 10_000;
     await r.syncOnce();
-    expect(api.calls).toEqual([]);
+    expect(api.calls).toEqual(['get']);
     clock.t += 300_000;
     await r.syncOnce();
-    expect(api.calls).toEqual(['patch']);
+    expect(api.calls).toEqual(['get', 'get', 'patch']);
     expect(readyOf(api.nodes.get('n1'))!.lastHeartbeatTime).toBe(new Date(clock.t).toISOString().replace(/\.\d{3}Z$/, 'Z'));
   });
 
@@ -99,6 +112,49 @@ describe('NodeReporter', () => {
     await r.syncOnce();
     expect(api.calls).toEqual(['create', 'get', 'patch']);
     expect(readyOf(api.nodes.get('n1'))!.lastTransitionTime).toBe('2026-01-01T00:00:00Z');
+  });
+
+  it("never removes or rewrites what others own: a network plugin's condition and a foreign capacity key survive every write", async () => {
+    const { api, clock, r, setRuntime, setPressure } = setup();
+    await r.syncOnce();
+    const foreign = { type: 'NetworkUnavailable', status: 'False', reason: 'RouteCreated', message: 'RouteController created a route', lastTransitionTime: '2026-01-01T00:00:00Z', lastHeartbeatTime: '2026-01-01T00:00:00Z' };
+    const n = api.nodes.get('n1')!;
+    api.nodes.set('n1', { ...n, status: { ...n.status, capacity: { ...n.status!.capacity, 'example.com/gpu': '2' }, conditions: [...n.status!.conditions!, foreign] } });
+    api.calls = [];
+    // Changes that make nodelet write: Ready, then memory pressure, then a periodic report.
+    setRuntime(ready);
+    clock.t += 10_000;
+    await r.syncOnce();
+    setPressure({ MemoryPressure: true, DiskPressure: false, PIDPressure: false });
+    clock.t += 10_000;
+    await r.syncOnce();
+    clock.t += 300_000;
+    await r.syncOnce();
+    expect(api.calls.filter((c) => c === 'patch')).toHaveLength(3);
+    const after = api.nodes.get('n1')!.status!;
+    expect(after.conditions!.find((c) => c.type === 'NetworkUnavailable')).toEqual(foreign);
+    expect(after.capacity!['example.com/gpu']).toBe('2');
+    expect(after.conditions!.find((c) => c.type === 'MemoryPressure')).toMatchObject({ status: 'True', reason: 'KubeletHasInsufficientMemory' });
+    // And it alone is never a reason to write.
+    api.calls = [];
+    clock.t += 10_000;
+    await r.syncOnce();
+    expect(api.calls).toEqual(['get']);
+  });
+
+  it("the node controller's Unknown is corrected at the next turn, not at the next report interval", async () => {
+    const { api, clock, r, setRuntime, events } = setup();
+    setRuntime(ready);
+    await r.syncOnce();
+    const n = api.nodes.get('n1')!;
+    api.nodes.set('n1', {
+      ...n,
+      status: { ...n.status, conditions: n.status!.conditions!.map((c) => ({ ...c, status: 'Unknown', reason: 'NodeStatusUnknown', message: 'Kubelet stopped posting node status.' })) },
+    });
+    clock.t += 10_000;
+    await r.syncOnce();
+    expect(readyOf(api.nodes.get('n1'))).toMatchObject({ status: 'True', reason: 'KubeletReady', lastTransitionTime: new Date(clock.t).toISOString().replace(/\.\d{3}Z$/, 'Z') });
+    expect(events.at(-1)).toBe('Node/n1 Normal NodeReady: Node n1 status is now: NodeReady');
   });
 
   it('a control plane that is down is retried next turn, never thrown; the first turns are fast until Ready', async () => {

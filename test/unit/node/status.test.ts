@@ -1,3 +1,4 @@
+import type { NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { nodeConditions, nodeStatus, readinessErrors, registrationNode, statusChanged, type NodeFacts } from '../../../src/node/status.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
@@ -26,6 +27,7 @@ function facts(runtime: RuntimeState): NodeFacts {
     kubeletPort: 10250,
     kubeletVersion: 'v1.32.0-nodelet',
     runtime,
+    pressure: { MemoryPressure: false, DiskPressure: false, PIDPressure: false },
     info: { machineID: 'm', systemUUID: 's', bootID: 'b', kernelVersion: '6.1.0', osImage: 'Debian GNU/Linux 12 (bookworm)' },
   };
 }
@@ -63,6 +65,43 @@ describe('node conditions', () => {
   });
 });
 
+describe('pressure conditions', () => {
+  const at = (f: NodeFacts, prev?: NodeCondition[]) => nodeConditions(f, prev, 't1').slice(0, 3);
+
+  it('under pressure: True with the kubelet reasons and messages', () => {
+    const c = at({ ...facts(ready), pressure: { MemoryPressure: true, DiskPressure: true, PIDPressure: true } });
+    expect(c.map((x) => [x.type, x.status, x.reason, x.message])).toEqual([
+      ['MemoryPressure', 'True', 'KubeletHasInsufficientMemory', 'kubelet has insufficient memory available'],
+      ['DiskPressure', 'True', 'KubeletHasDiskPressure', 'kubelet has disk pressure'],
+      ['PIDPressure', 'True', 'KubeletHasInsufficientPID', 'kubelet has insufficient PID available'],
+    ]);
+  });
+
+  it('undecided (a signal could not be read): Unknown at first, then as it was, transition time kept', () => {
+    const first = at({ ...facts(ready), pressure: {} });
+    expect(first.map((x) => [x.type, x.status, x.reason])).toEqual([
+      ['MemoryPressure', 'Unknown', 'NodeStatusUnknown'],
+      ['DiskPressure', 'Unknown', 'NodeStatusUnknown'],
+      ['PIDPressure', 'Unknown', 'NodeStatusUnknown'],
+    ]);
+    const prev = nodeConditions({ ...facts(ready), pressure: { MemoryPressure: true, DiskPressure: false, PIDPressure: false } }, undefined, 't0');
+    const kept = nodeConditions({ ...facts(ready), pressure: { PIDPressure: false } }, prev, 't1').slice(0, 3);
+    expect(kept).toEqual([
+      { type: 'MemoryPressure', status: 'True', reason: 'KubeletHasInsufficientMemory', message: 'kubelet has insufficient memory available', lastHeartbeatTime: 't1', lastTransitionTime: 't0' },
+      { type: 'DiskPressure', status: 'False', reason: 'KubeletHasNoDiskPressure', message: 'kubelet has no disk pressure', lastHeartbeatTime: 't1', lastTransitionTime: 't0' },
+      { type: 'PIDPressure', status: 'False', reason: 'KubeletHasSufficientPID', message: 'kubelet has sufficient PID available', lastHeartbeatTime: 't1', lastTransitionTime: 't0' },
+    ]);
+  });
+
+  it('pressure ending moves lastTransitionTime; staying does not', () => {
+    const on = nodeConditions({ ...facts(ready), pressure: { MemoryPressure: true } }, undefined, 't0');
+    const still = nodeConditions({ ...facts(ready), pressure: { MemoryPressure: true } }, on, 't1');
+    expect(still[0]).toMatchObject({ status: 'True', lastTransitionTime: 't0' });
+    const off = nodeConditions({ ...facts(ready), pressure: { MemoryPressure: false } }, still, 't2');
+    expect(off[0]).toMatchObject({ status: 'False', reason: 'KubeletHasSufficientMemory', lastTransitionTime: 't2' });
+  });
+});
+
 describe('node status and registration', () => {
   it('capacity, allocatable minus evictionHard memory, addresses, endpoints, info', () => {
     const s = nodeStatus(facts(ready), undefined, 't0');
@@ -96,6 +135,33 @@ describe('node status and registration', () => {
     expect(statusChanged(a, nodeStatus(facts(noCni), a, 't1'))).toBe(true);
     expect(statusChanged(a, nodeStatus({ ...facts(ready), maxPods: 50 }, a, 't1'))).toBe(true);
     expect(statusChanged(undefined, a)).toBe(true);
+  });
+
+  it('what others own is no change: a foreign condition, a foreign capacity key, another key order', () => {
+    const a = nodeStatus(facts(ready), undefined, 't0');
+    const onServer: NodeStatus = {
+      ...a,
+      capacity: { 'example.com/gpu': '1', ...a.capacity },
+      conditions: [{ type: 'NetworkUnavailable', status: 'False', reason: 'RouteCreated', message: 'routes ok', lastTransitionTime: 't0', lastHeartbeatTime: 't0' }, ...a.conditions!],
+      nodeInfo: Object.fromEntries(Object.entries(a.nodeInfo!).reverse()) as NodeStatus['nodeInfo'],
+    };
+    expect(statusChanged(onServer, nodeStatus(facts(ready), onServer, 't1'))).toBe(false);
+  });
+
+  it("the node controller's Unknown on the server is a change nodelet corrects", () => {
+    const a = nodeStatus(facts(ready), undefined, 't0');
+    const unknown: NodeStatus = {
+      ...a,
+      conditions: a.conditions!.map((c) => ({ ...c, status: 'Unknown', reason: 'NodeStatusUnknown', message: 'Kubelet stopped posting node status.', lastTransitionTime: 't5' })),
+    };
+    const next = nodeStatus(facts(ready), unknown, 't6');
+    expect(statusChanged(unknown, next)).toBe(true);
+    expect(next.conditions!.map((c) => [c.type, c.status, c.lastTransitionTime])).toEqual([
+      ['MemoryPressure', 'False', 't6'],
+      ['DiskPressure', 'False', 't6'],
+      ['PIDPressure', 'False', 't6'],
+      ['Ready', 'True', 't6'],
+    ]);
   });
 });
 

@@ -1,0 +1,189 @@
+/**
+ * Pods get a real network (issue 13): nodelet connected to the test control plane (which
+ * allocates pod CIDRs) on a containerd of this file's own with scripts/containerd.sh's CNI
+ * config. The node turns Ready within seconds; a pod without host network gets an IP in
+ * its Node's spec.podCIDR and serves a page another pod fetches by that IP; /etc/resolv.conf
+ * follows dnsPolicy; /etc/hosts is the kubelet's, with the pod's IP, hostname and aliases.
+ *
+ * The test control plane's cluster CIDR is the containerd's pod range with a /24 per node,
+ * so the one node's allocation is exactly the range its runtime's CNI config hands out.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Node, Pod } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ControlPlaneClient, NODES, PODS } from '../../../src/controlplane/client.js';
+import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
+import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
+import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { podNetwork, removePodNetwork, type PodNetwork } from '../../helpers/pod-network.js';
+
+const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-net';
+const NODE = 'netnode';
+
+let cp: ControlPlane;
+let api: ControlPlaneClient;
+let nodelet: NodeletProcess | undefined;
+let cri: CriClient;
+let net: PodNetwork;
+let logsDir: string;
+let readyAfterMs = -1;
+let dir: string | undefined;
+
+beforeAll(async () => {
+  const { endpoint } = await ensureContainerd({ dir: CONTAINERD_DIR });
+  net = podNetwork(CONTAINERD_DIR);
+  cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+  cp = await startControlPlane({ clusterCIDR: net.subnet, nodeCIDRMaskSize: 24 });
+  dir = tempDir('nodelet-network-');
+  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${NODE}`, groups: ['system:nodes'] });
+  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
+  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
+  // A resolv.conf of the test's own, so Default pods see known content.
+  const resolv = path.join(dir, 'resolv.conf');
+  fs.writeFileSync(resolv, '# test host\nnameserver 192.0.2.53\nsearch example.test\noptions timeout:2\n');
+  logsDir = path.join(dir, 'logs');
+  const config = writeKubeletConfig(dir, {
+    containerRuntimeEndpoint: endpoint,
+    podLogsDir: logsDir,
+    port: await freePort(),
+    address: '127.0.0.1',
+    healthzPort: 0,
+    clusterDNS: '[10.96.0.10]',
+    clusterDomain: 'cluster.local',
+    resolvConf: resolv,
+    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
+    authorization: '{mode: AlwaysAllow}',
+  });
+  const started = Date.now();
+  nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE, '--kubeconfig', path.join(dir, 'kubelet.kubeconfig')]);
+  await eventually(async () => {
+    const n = await api.get<Node>(NODES, { name: NODE }).catch(() => undefined);
+    return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+  }, 20_000, 25);
+  readyAfterMs = Date.now() - started;
+});
+
+afterAll(async () => {
+  // Pods first (their sandboxes need the CNI config to be torn down), then nodelet, then
+  // the bridge and IPAM state the pods left.
+  if (api) {
+    for (const p of (await api.listAll<Pod>(PODS, { namespace: 'default' }).catch(() => ({ items: [] as Pod[] }))).items) await api.delete(PODS, { namespace: 'default', name: p.metadata!.name! }).catch(() => {});
+  }
+  if (cri) await eventually(async () => (await cri.listPodSandbox()).filter((s) => s.labels['io.kubernetes.pod.uid']).length === 0, 60_000).catch(() => undefined);
+  if (nodelet) {
+    nodelet.kill('SIGTERM');
+    await nodelet.exited;
+  }
+  if (cri && (await cri.listPodSandbox()).length === 0) await removePodNetwork(net);
+  cri?.close();
+  await api?.close();
+  await cp?.close();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+function busybox(name: string, script: string, spec: Partial<NonNullable<Pod['spec']>> = {}, env: NonNullable<Pod['spec']>['containers'][number]['env'] = []): Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default' },
+    spec: {
+      nodeName: NODE,
+      terminationGracePeriodSeconds: 1,
+      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', script], env }],
+      ...spec,
+    },
+  };
+}
+
+const getPod = (name: string) => api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
+const podWith = (name: string, pred: (p: Pod) => boolean, timeoutMs = 30_000) =>
+  eventually(async () => {
+    const p = await getPod(name);
+    return p && pred(p) ? p : undefined;
+  }, timeoutMs);
+
+/** The container's output from its CRI log file (`<time> stdout F <line>`). */
+function output(p: Pod): string {
+  const m = p.metadata!;
+  const file = path.join(logsDir, `${m.namespace}_${m.name}_${m.uid}`, 'main', '0.log');
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => l.replace(/^\S+ (stdout|stderr) [FP] /, ''))
+    .join('\n');
+}
+
+function inSubnet(ip: string, cidr: string): boolean {
+  const [base, bits] = cidr.split('/') as [string, string];
+  const n = (a: string) => a.split('.').reduce((x, o) => x * 256 + Number(o), 0);
+  const size = 2 ** (32 - Number(bits));
+  return Math.floor(n(ip) / size) === Math.floor(n(base) / size);
+}
+
+describe('pod network', () => {
+  it('the node turns Ready within seconds, with the pod CIDR the control plane allocated', async () => {
+    console.log(`node ${NODE} Ready ${readyAfterMs} ms after nodelet was started`);
+    expect(readyAfterMs).toBeLessThan(10_000);
+    const node = await api.get<Node>(NODES, { name: NODE });
+    expect(node.spec?.podCIDR).toBe(net.subnet);
+    expect(node.spec?.podCIDRs).toEqual([net.subnet]);
+    await nodelet!.waitForMsg(new RegExp(`pod CIDR ${net.subnet.replace(/\./g, '\\.')} given to the runtime`), 10_000);
+  });
+
+  it('a pod without host network gets an IP in the node\'s pod CIDR, sees it in the downward API, and another pod fetches its page by that IP', async () => {
+    await api.create<Pod>(PODS, busybox('web', 'mkdir -p /www && echo hello-from-web > /www/index.html && echo "$MY_IP" > /www/ip && exec httpd -f -p 8080 -h /www', {}, [{ name: 'MY_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } }]));
+    const web = await podWith('web', (p) => p.status?.phase === 'Running' && !!p.status.podIP);
+    const ip = web.status!.podIP!;
+    expect(inSubnet(ip, net.subnet)).toBe(true);
+    expect(web.status!.podIPs).toEqual([{ ip }]);
+    expect(web.status!.hostIP).toMatch(/\S/);
+    expect(ip).not.toBe(web.status!.hostIP);
+
+    await api.create<Pod>(PODS, busybox('client', `get() { printf 'GET /%s HTTP/1.0\\r\\n\\r\\n' "$1" | nc -w 2 ${ip} 8080 | tail -n 1; }; for i in 1 2 3 4 5 6 7 8 9 10; do page=$(get index.html); [ -n "$page" ] && break; sleep 0.3; done; echo "page=$page"; echo "ip=$(get ip)"; test "$page" = hello-from-web`, { restartPolicy: 'Never' }));
+    const client = await podWith('client', (p) => p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed');
+    expect(output(client)).toBe(`page=hello-from-web\nip=${ip}`);
+    expect(client.status!.phase).toBe('Succeeded');
+    expect(client.status!.podIP).not.toBe(ip);
+    expect(inSubnet(client.status!.podIP!, net.subnet)).toBe(true);
+  });
+
+  it('/etc/resolv.conf follows dnsPolicy: ClusterFirst with clusterDNS, Default, None with dnsConfig', async () => {
+    const show = 'cat /etc/resolv.conf';
+    await api.create<Pod>(PODS, busybox('dns-cluster', show, { restartPolicy: 'Never' }));
+    await api.create<Pod>(PODS, busybox('dns-default', show, { restartPolicy: 'Never', dnsPolicy: 'Default' }));
+    await api.create<Pod>(PODS, busybox('dns-none', show, { restartPolicy: 'Never', dnsPolicy: 'None', dnsConfig: { nameservers: ['192.0.2.99'], searches: ['my.dns.search.suffix'], options: [{ name: 'ndots', value: '2' }, { name: 'edns0' }] } }));
+    const lines = async (name: string) => output(await podWith(name, (p) => p.status?.phase === 'Succeeded')).split('\n').sort();
+    expect(await lines('dns-cluster')).toEqual(['nameserver 10.96.0.10', 'options ndots:5', 'search default.svc.cluster.local svc.cluster.local cluster.local example.test']);
+    expect(await lines('dns-default')).toEqual(['nameserver 192.0.2.53', 'options timeout:2', 'search example.test']);
+    expect(await lines('dns-none')).toEqual(['nameserver 192.0.2.99', 'options ndots:2 edns0', 'search my.dns.search.suffix']);
+  });
+
+  it('/etc/hosts is the kubelet\'s: localhost lines, the pod IP with its hostname (fully qualified with a subdomain), then the host aliases', async () => {
+    await api.create<Pod>(
+      PODS,
+      busybox('hosts', 'cat /etc/hosts', { restartPolicy: 'Never', hostname: 'myhost', subdomain: 'mysub', hostAliases: [{ ip: '192.0.2.80', hostnames: ['foo.local', 'bar.local'] }] }),
+    );
+    const p = await podWith('hosts', (x) => x.status?.phase === 'Succeeded');
+    const ip = p.status!.podIP!;
+    expect(inSubnet(ip, net.subnet)).toBe(true);
+    expect(output(p)).toBe(
+      [
+        '# Kubernetes-managed hosts file.',
+        '127.0.0.1\tlocalhost',
+        '::1\tlocalhost ip6-localhost ip6-loopback',
+        'fe00::0\tip6-localnet',
+        'fe00::0\tip6-mcastprefix',
+        'fe00::1\tip6-allnodes',
+        'fe00::2\tip6-allrouters',
+        `${ip}\tmyhost.mysub.default.svc.cluster.local\tmyhost`,
+        '',
+        '# Entries added by HostAliases.',
+        '192.0.2.80\tfoo.local\tbar.local',
+      ].join('\n'),
+    );
+  });
+});
