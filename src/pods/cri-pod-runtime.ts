@@ -43,7 +43,7 @@ import type { ObservedContainer, ObservedContainerState, ObservedPod } from './o
 import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
 import type { Mounter } from './subpath.js';
-import { containerMounts, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
+import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 
 export interface CriPodRuntimeOptions {
   cri: CriClient;
@@ -400,6 +400,10 @@ export class CriPodRuntime implements PodRuntime {
     const results = await Promise.allSettled([removePodDir(this.#o.rootDir, uid, this.#o.mounter), removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter)]);
     const errors = results.flatMap((r) => (r.status === 'rejected' ? [errorMessage(r.reason)] : []));
     if (errors.length) throw new NodeletError('INTERNAL', errors.join('; '));
+  }
+
+  leftoverPods(): Promise<string[]> {
+    return leftoverPodUids(this.#o.rootDir, this.#o.podLogsDir);
   }
 
   async removeContainer(id: string): Promise<void> {

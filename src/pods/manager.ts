@@ -22,6 +22,7 @@ import { ProbeManager } from './probes.js';
 import { computePodStatus } from './status.js';
 import { addProbeKills, collectGarbage, ensureSandbox, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
+import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from '../metrics/pod-hooks.js';
 
 export interface PodManagerOptions {
   runtime: PodRuntime;
@@ -34,7 +35,12 @@ export interface PodManagerOptions {
   defaultGracePeriodSeconds?: number;
   /** Where pod events go (connected: the control plane). */
   events?: EventSink;
+  /** What /metrics counts of the pods (running pods and containers, worker and start durations, starts). */
+  metrics?: PodManagerMetrics;
 }
+
+/** How often the directories pods left on the node are looked for (the kubelet's housekeeping runs every 2 s; a directory listing every 10 s is plenty). */
+const HOUSEKEEPING_MS = 10_000;
 
 /** Serializes async work: one at a time, in order. */
 class Mutex {
@@ -57,10 +63,15 @@ export class PodManager {
   #sourcesReady = false;
   /** Runtime pods whose removal failed, by UID: no new attempt before the backoff ends. */
   readonly #removals = new Map<string, Backoff>();
+  /** When leftover pod directories were last looked for (0: not yet; the first turn after sourcesReady does). */
+  #lastHousekeeping = -Infinity;
   readonly #probes: ProbeManager;
+  /** Clock time each pod was first seen, until it first runs (kubelet_pod_start_duration_seconds). */
+  readonly #firstSeen = new Map<string, number>();
 
   constructor(o: PodManagerOptions) {
-    this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, ...o };
+    this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, ...o };
+    this.#o.runtime = countingPodRuntime(this.#o.runtime, this.#o.metrics);
     this.#probes = new ProbeManager({
       exec: this.#exec,
       clock: this.#o.clock,
@@ -100,6 +111,7 @@ export class PodManager {
       if (w && !w.terminating) w.pod = pod;
       else if (!w && !deleting(pod)) {
         this.#log.info({ pod: podKey(pod), uid }, 'pod added');
+        this.#firstSeen.set(uid, this.#o.clock.now());
         this.#workers.set(uid, new PodWorker(pod));
       }
     }
@@ -174,6 +186,7 @@ export class PodManager {
     let all: ObservedPod[];
     try {
       all = await this.#o.runtime.listPods();
+      this.#o.metrics.relisted(all);
       if (this.#lastError) this.#log.info('runtime answers again; pod sync resumed');
       this.#lastError = '';
     } catch (err) {
@@ -209,6 +222,10 @@ export class PodManager {
     const present = new Set(all.map((o) => o.uid));
     for (const uid of this.#removals.keys()) if (!present.has(uid)) this.#removals.delete(uid);
     const now = this.#o.clock.now();
+    if (this.#sourcesReady && now - this.#lastHousekeeping >= HOUSEKEEPING_MS) {
+      this.#lastHousekeeping = now;
+      jobs.push(this.#removeLeftovers(present));
+    }
     for (const obs of all) {
       if (this.#workers.has(obs.uid)) continue;
       // A pod still wanted runs; one being deleted in the control plane whose removal failed
@@ -230,6 +247,28 @@ export class PodManager {
     return jobs;
   }
 
+  /**
+   * Housekeeping: the directories of pods that are neither wanted, nor in the runtime, nor
+   * being removed (left by a nodelet that died between a pod's removal from the runtime
+   * and the removal of its directories, or by a pod removed while nodelet was down) are
+   * removed, as the kubelet removes orphaned pod directories. Never throws.
+   */
+  async #removeLeftovers(inRuntime: ReadonlySet<string>): Promise<void> {
+    const rt = this.#o.runtime;
+    let uids: string[];
+    try {
+      uids = await rt.leftoverPods();
+    } catch (err) {
+      this.#log.warn({ err: errorMessage(err) }, `cannot list the pod directories left on the node: ${errorMessage(err)}`);
+      return;
+    }
+    for (const uid of uids) {
+      if (this.#desired.has(uid) || this.#workers.has(uid) || inRuntime.has(uid)) continue;
+      this.#log.info({ uid }, `removing the directories of pod ${uid}, which is no longer wanted nor in the runtime`);
+      await rt.cleanupPod(uid).catch((err) => this.#log.warn({ uid, err: errorMessage(err) }, `cannot remove the directories of pod ${uid}: ${errorMessage(err)}`));
+    }
+  }
+
   /** What the sync steps of one pod need: the runtime, events, clock, hooks' host, its log. */
   #stepContext(pod: Pod, w: PodWorker | undefined): StepContext {
     return {
@@ -248,9 +287,13 @@ export class PodManager {
   async #sync(w: PodWorker): Promise<void> {
     const ctx = this.#stepContext(w.pod, w);
     const uid = w.pod.metadata!.uid!;
+    const syncStarted = ctx.clock.now();
+    const operation = w.status ? 'sync' : 'create';
     try {
       const observed = await ctx.runtime.observePod(uid);
       const now = ctx.clock.now();
+      // A pod adopted already running (nodelet restarted) is not a pod start.
+      if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) this.#firstSeen.delete(uid);
       const plan = computePodActions(w.pod, observed, now);
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);
@@ -267,6 +310,7 @@ export class PodManager {
       if (!quiet && w.status?.message !== msg) ctx.log.warn({ err: msg }, `pod sync failed: ${msg}`);
       w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
     }
+    this.#o.metrics.podWorkerDuration(operation, (ctx.clock.now() - syncStarted) / 1000);
   }
 
   /** The last step of a sync: what runs now, the probes told, the pod's status computed. */
@@ -287,6 +331,11 @@ export class PodManager {
       now: ctx.clock.now(),
     });
     if (w.status?.phase !== status.phase) ctx.log.info({ phase: status.phase }, `pod is ${status.phase}`);
+    const seen = this.#firstSeen.get(pod.metadata!.uid!);
+    if (seen !== undefined && status.phase === 'Running') {
+      this.#o.metrics.podStartDuration((ctx.clock.now() - seen) / 1000);
+      this.#firstSeen.delete(pod.metadata!.uid!);
+    }
     w.status = status;
   }
 
@@ -300,6 +349,8 @@ export class PodManager {
   async #terminate(w: PodWorker, grace: number): Promise<void> {
     const uid = w.pod.metadata!.uid!;
     const ctx = this.#stepContext(w.pod, w);
+    const killStarted = ctx.clock.now();
+    this.#firstSeen.delete(uid);
     try {
       this.#probes.remove(uid);
       await removePod(ctx, w.pod, uid, grace);
@@ -317,6 +368,7 @@ export class PodManager {
       else ctx.log.debug({ err: message, failures: next.failures, retryAt: next.until }, 'removing pod failed again');
       this.#workers.delete(uid);
     }
+    this.#o.metrics.podWorkerDuration('kill', (ctx.clock.now() - killStarted) / 1000);
   }
 
   start(signal?: AbortSignal): void {

@@ -39,8 +39,10 @@ export interface PodRuntime {
   /** Runs a command in a running container (exec probes); a failing command is its exit code, not an error. */
   execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }>;
   removeContainer(id: string): Promise<void>;
-  /** Removes what the pod left on the node besides the runtime (its emptyDir volumes), once it is gone. */
+  /** Removes what the pod left on the node besides the runtime (its directories, volumes, logs), once it is gone. */
   cleanupPod(uid: string): Promise<void>;
+  /** UIDs of pods that left directories on the node (cleanupPod removes them). */
+  leftoverPods(): Promise<string[]>;
   /** `containerd`, `cri-o`: the prefix of container IDs in pod status. */
   runtimeName(): string;
 }

@@ -183,3 +183,27 @@ export async function removePodLogDirs(podLogsDir: string, uid: string, mounter:
     await removeTree(path.join(podLogsDir, n), mounter);
   }
 }
+
+/**
+ * The UIDs of pods that left something on the node: a `<root-dir>/pods/<uid>` directory or
+ * a `<podLogsDir>/<namespace>_<name>_<uid>` one. The pod manager removes those of pods
+ * that are neither wanted nor in the runtime (a nodelet that died between a pod's removal
+ * from the runtime and the removal of its directories, or a pod removed while nodelet was
+ * down), as the kubelet's housekeeping removes orphaned pod directories.
+ */
+export async function leftoverPodUids(rootDir: string, podLogsDir: string): Promise<string[]> {
+  const list = async (dir: string) => {
+    try {
+      return await fs.readdir(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+  };
+  const uids = new Set((await list(path.join(rootDir, 'pods'))).filter(isPodUid));
+  for (const n of await list(podLogsDir)) {
+    const parts = n.split('_');
+    if (parts.length === 3 && isDnsLabel(parts[0]!) && isDnsSubdomain(parts[1]!) && isPodUid(parts[2]!)) uids.add(parts[2]!);
+  }
+  return [...uids];
+}

@@ -3,8 +3,9 @@
  * the same contract as the CRI adapter: sandboxes and containers keyed by ID, the kubelet's
  * restart counts and hashes, stops that make running containers exit 137. Records every
  * call in `calls`; tests inject failures (`failStart`, `failSandbox`, `failStopSandbox`),
- * hold pulls open (`pulls`) and end containers (`exit`). The CRI contract suite
- * (test/integration/runtime/contract.test.ts) holds the real adapter to the same behaviour.
+ * hold pulls open (`pulls`) and end containers (`exit`). The port's contract suite
+ * (test/integration/runtime/pod-runtime-contract.test.ts) runs the same cases against this
+ * fake and the CRI adapter on containerd.
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { Clock } from '../../src/clock.js';
@@ -15,7 +16,7 @@ import type { PodRuntime, StartSpec } from '../../src/pods/runtime-port.js';
 
 export class MemRuntime implements PodRuntime {
   sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string }>();
-  containers = new Map<string, ObservedContainer & { uid: string }>();
+  containers = new Map<string, ObservedContainer & { uid: string; grace: number }>();
   calls: string[] = [];
   failStart = new Map<string, NodeletError>();
   n = 0;
@@ -26,12 +27,16 @@ export class MemRuntime implements PodRuntime {
   }
   async observePod(uid: string): Promise<ObservedPod> {
     const sbs = [...this.sandboxes.values()].filter((s) => s.uid === uid);
+    const cs = [...this.containers.values()].filter((c) => c.uid === uid);
     return {
       uid,
       name: sbs[0]?.name ?? '',
-      namespace: sbs[0]?.namespace ?? '',
+      // As the CRI adapter: a pod the runtime knows nothing of is in `default`.
+      namespace: sbs[0]?.namespace ?? 'default',
       sandboxes: sbs.map(({ id, attempt, ready, createdAt }) => ({ id, attempt, ready, createdAt })),
-      containers: [...this.containers.values()].filter((c) => c.uid === uid).map(({ uid: _u, ...c }) => c),
+      containers: cs.map(({ uid: _u, grace: _g, ...c }) => c),
+      // The containers carry the pod's grace period (the adapter's terminationGracePeriod annotation).
+      ...(cs.length ? { gracePeriodSeconds: cs[0]!.grace } : {}),
     };
   }
   failSandbox: NodeletError | undefined;
@@ -39,6 +44,7 @@ export class MemRuntime implements PodRuntime {
     const id = `s${++this.n}`;
     this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
     if (this.failSandbox) throw this.failSandbox;
+    this.leftovers.add(pod.metadata!.uid!);
     this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace! });
     return id;
   }
@@ -49,11 +55,17 @@ export class MemRuntime implements PodRuntime {
     if (this.failStopSandbox) throw this.failStopSandbox;
     const s = this.sandboxes.get(id);
     if (s) s.ready = false;
-    for (const c of this.containers.values()) if (c.podSandboxId === id && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
+    for (const c of this.containers.values()) if (c.podSandboxId === id) this.#end(c, 137);
   }
+  /** As RemovePodSandbox: the sandbox goes with the containers still in it. */
   async removeSandbox(id: string) {
     this.calls.push(`removeSandbox ${id}`);
     this.sandboxes.delete(id);
+    for (const [cid, c] of this.containers) if (c.podSandboxId === id) this.containers.delete(cid);
+  }
+  /** A running container exits as the runtime reports it: exit code, finish time, reason `Completed` or `Error`. */
+  #end(c: ObservedContainer, exitCode: number): void {
+    if (c.state === 'running') Object.assign(c, { state: 'exited', exitCode, finishedAt: this.clock.now(), reason: exitCode === 0 ? 'Completed' : 'Error' });
   }
   present = new Set<string>(['busybox']);
   pulls: { image: string; release: () => void }[] = [];
@@ -81,6 +93,7 @@ export class MemRuntime implements PodRuntime {
     this.containers.set(id, {
       id, name: s.container.name, podSandboxId: s.sandboxId, attempt: s.restartCount, state: 'running', restartCount: s.restartCount,
       hash: containerHash(s.container), image: s.container.image!, imageRef: 'sha256:x', createdAt: this.clock.now(), startedAt: this.clock.now(), uid: s.pod.metadata!.uid!,
+      grace: s.pod.spec?.terminationGracePeriodSeconds ?? 30,
     });
     return id;
   }
@@ -89,7 +102,7 @@ export class MemRuntime implements PodRuntime {
     this.calls.push(`stopContainer ${id}`);
     this.graces.push(grace);
     const c = this.containers.get(id);
-    if (c && c.state === 'running') Object.assign(c, { state: 'exited', exitCode: 137, finishedAt: this.clock.now() });
+    if (c) this.#end(c, 137);
   }
   async removeContainer(id: string) {
     this.calls.push(`removeContainer ${id}`);
@@ -103,13 +116,19 @@ export class MemRuntime implements PodRuntime {
     if (!c || c.state !== 'running') throw new NodeletError('INTERNAL', `container ${id} is not running`);
     return { exitCode: this.execExit.get(c.name) ?? 0, stdout: Buffer.from(''), stderr: Buffer.from('') };
   }
+  /** UIDs with directories on the node: added when a sandbox runs, gone with cleanupPod. */
+  leftovers = new Set<string>();
   async cleanupPod(uid: string) {
     this.calls.push(`cleanupPod ${uid}`);
+    this.leftovers.delete(uid);
+  }
+  async leftoverPods() {
+    return [...this.leftovers];
   }
   runtimeName() {
     return 'containerd';
   }
   exit(name: string, exitCode: number) {
-    for (const c of this.containers.values()) if (c.name === name && c.state === 'running') Object.assign(c, { state: 'exited', exitCode, finishedAt: this.clock.now() });
+    for (const c of this.containers.values()) if (c.name === name) this.#end(c, exitCode);
   }
 }

@@ -1,34 +1,13 @@
-import type { Event as CoreEvent } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import type { Clock } from '../../src/clock.js';
 import { NodeletError } from '../../src/errors.js';
-import { ApiEventRecorder, podRef, type EventApi } from '../../src/events.js';
+import { ApiEventRecorder, podRef } from '../../src/events.js';
 import { silentLogger } from '../../src/log.js';
-
-class Api implements EventApi {
-  created: CoreEvent[] = [];
-  patches: { name: string; patch: { count: number; lastTimestamp: string } }[] = [];
-  /** Per reason: how many more creates fail. */
-  failCreate = new Map<string, number>();
-  failPatch: NodeletError | undefined;
-  async create(e: CoreEvent) {
-    const n = this.failCreate.get(e.reason!) ?? 0;
-    if (n > 0) {
-      this.failCreate.set(e.reason!, n - 1);
-      throw new NodeletError('UNAVAILABLE', 'connection refused');
-    }
-    this.created.push(e);
-  }
-  async patch(_ns: string, name: string, patch: { count: number; lastTimestamp: string }) {
-    if (this.failPatch) throw this.failPatch;
-    this.patches.push({ name, patch });
-  }
-}
+import { MemEventApi } from '../fakes/events.js';
+import { ManualClock } from '../helpers/clock.js';
 
 function setup(o: { maxQueue?: number } = {}) {
-  let t = Date.parse('2026-11-23T05:00:00Z');
-  const clock: Clock & { advance(ms: number): void } = { now: () => t, sleep: async () => undefined, advance: (ms) => (t += ms) };
-  const api = new Api();
+  const clock = new ManualClock(Date.parse('2026-11-23T05:00:00Z'));
+  const api = new MemEventApi();
   const rec = new ApiEventRecorder({ api, host: 'n1', logger: silentLogger(), clock, ...o });
   return { api, rec, clock };
 }
@@ -63,9 +42,9 @@ describe('ApiEventRecorder', () => {
     const { api, rec, clock } = setup();
     const ref = podRef(pod, { name: 'app' });
     rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
-    clock.advance(10_000);
+    clock.t += 10_000;
     rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
-    clock.advance(10_000);
+    clock.t += 10_000;
     rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
     rec.emit(ref, 'Warning', 'BackOff', 'another message');
     await rec.flushed();
@@ -74,7 +53,7 @@ describe('ApiEventRecorder', () => {
       { name: api.created[0]!.metadata!.name, patch: { count: 2, lastTimestamp: '2026-11-23T05:00:10Z' } },
       { name: api.created[0]!.metadata!.name, patch: { count: 3, lastTimestamp: '2026-11-23T05:00:20Z' } },
     ]);
-    clock.advance(600_000);
+    clock.t += 600_000;
     rec.emit(ref, 'Warning', 'BackOff', 'Back-off restarting failed container app');
     await rec.flushed();
     expect(api.created).toHaveLength(3);
@@ -86,12 +65,15 @@ describe('ApiEventRecorder', () => {
   });
 
   it('retries a failed write, then drops the event; the ones after it still go', async () => {
-    const { api, rec } = setup();
+    const { api, rec, clock } = setup();
     api.failCreate.set('A', 1).set('B', 3);
     rec.emit(podRef(pod), 'Normal', 'A', 'first');
     rec.emit(podRef(pod), 'Normal', 'B', 'second');
     rec.emit(podRef(pod), 'Normal', 'C', 'third');
-    await rec.flushed();
+    // The retries wait their backoff on the clock: well within 10 s.
+    const flushed = rec.flushed();
+    await clock.advance(10_000);
+    await flushed;
     // first: fails once, then sent; second: fails three times, dropped; third: sent.
     expect(api.created.map((e) => e.reason)).toEqual(['A', 'C']);
   });

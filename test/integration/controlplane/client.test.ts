@@ -10,7 +10,6 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Node, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Clock } from '../../../src/clock.js';
 import { ControlPlaneClient, NAMESPACES, NODES, PODS, type KubeObject, type WatchOptions } from '../../../src/controlplane/client.js';
 import { retryOnConflict } from '../../../src/controlplane/conflict.js';
 import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
@@ -18,6 +17,7 @@ import { Reflector, objectKey, type ReflectorClient, type ReflectorEvent } from 
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { VirtualClock } from '../../helpers/clock.js';
 
 let cp: ControlPlane;
 let dir: string;
@@ -221,16 +221,6 @@ describe('ControlPlaneClient', () => {
   });
 });
 
-/** Backoff sleeps end on the next macrotask: the reflector retries at once, the test never waits on a backoff timer. */
-const fastClock: Clock = {
-  now: () => Date.now(),
-  sleep: (_ms, signal) =>
-    new Promise((resolve, reject) => {
-      if (signal?.aborted) return reject(signal.reason);
-      setImmediate(resolve);
-    }),
-};
-
 /** The real client, with a gate on new watches: closing it is a network partition for the reflector. */
 class GatedClient implements ReflectorClient {
   #open: Promise<void> = Promise.resolve();
@@ -276,14 +266,25 @@ function consumer() {
 
 const summary = (objs: Iterable<KubeObject>) => [...objs].map((o) => `${o.metadata!.name}@${o.metadata!.resourceVersion}`).sort();
 
+/**
+ * A reflector on pods a, b, c of a fresh namespace, through a GatedClient, chunks of 2.
+ * Its backoff sleeps end on the next macrotask (autoAdvance): it retries at once, the test
+ * never waits on a backoff timer.
+ */
+async function startedReflector() {
+  const ns = await freshNamespace();
+  const gated = new GatedClient(client);
+  const c = consumer();
+  const clock = new VirtualClock(Date.now(), { autoAdvance: true });
+  const r = new Reflector({ client: gated, type: PODS, namespace: ns, limit: 2, clock, idleTimeoutMs: 0, logger: silentLogger(), onEvent: c.onEvent });
+  for (const n of ['a', 'b', 'c']) await client.create(PODS, pod(ns, n));
+  r.start();
+  return { ns, gated, c, r };
+}
+
 describe('Reflector against the control plane', () => {
   it('resumes after the server drops the watch, losing and duplicating nothing written during the gap', async () => {
-    const ns = await freshNamespace();
-    const gated = new GatedClient(client);
-    const c = consumer();
-    const r = new Reflector({ client: gated, type: PODS, namespace: ns, limit: 2, clock: fastClock, idleTimeoutMs: 0, logger: silentLogger(), onEvent: c.onEvent });
-    for (const n of ['a', 'b', 'c']) await client.create(PODS, pod(ns, n));
-    r.start();
+    const { ns, gated, c, r } = await startedReflector();
     try {
       await r.waitForSync();
       expect(c.events[0]).toMatchObject({ type: 'replace' });
@@ -320,12 +321,7 @@ describe('Reflector against the control plane', () => {
   });
 
   it('after compaction a dropped watch gets 410, relists, and the replace is the right final state', async () => {
-    const ns = await freshNamespace();
-    const gated = new GatedClient(client);
-    const c = consumer();
-    const r = new Reflector({ client: gated, type: PODS, namespace: ns, limit: 2, clock: fastClock, idleTimeoutMs: 0, logger: silentLogger(), onEvent: c.onEvent });
-    for (const n of ['a', 'b', 'c']) await client.create(PODS, pod(ns, n));
-    r.start();
+    const { ns, gated, c, r } = await startedReflector();
     try {
       await r.waitForSync();
       gated.close();

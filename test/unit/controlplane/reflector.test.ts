@@ -1,10 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import type { Clock } from '../../../src/clock.js';
-import type { KubeObject, ListOptions, WatchEvent, WatchOptions } from '../../../src/controlplane/client.js';
+import type { KubeObject, WatchEvent } from '../../../src/controlplane/client.js';
 import { PODS } from '../../../src/controlplane/client.js';
 import { Reflector, ReflectorState, type ReflectorClient, type ReflectorEvent } from '../../../src/controlplane/reflector.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
+import { VirtualClock } from '../../helpers/clock.js';
+import { ScriptedClient } from '../../fakes/reflector-client.js';
 
 const obj = (name: string, rv: string, extra: Record<string, unknown> = {}): KubeObject => ({ metadata: { name, namespace: 'ns', resourceVersion: rv }, ...extra });
 
@@ -33,59 +34,6 @@ describe('ReflectorState', () => {
   });
 });
 
-/** A clock whose sleeps are recorded and end on the next macrotask, so backoff is observable without waiting. */
-class StepClock implements Clock {
-  t = 1_000_000;
-  sleeps: number[] = [];
-  now(): number {
-    return this.t;
-  }
-  sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    this.sleeps.push(ms);
-    return new Promise((resolve, reject) => {
-      if (signal?.aborted) return reject(signal.reason);
-      setImmediate(() => {
-        this.t += ms;
-        resolve();
-      });
-    });
-  }
-}
-
-type Step = { items: KubeObject[]; rv: string } | Error;
-type WatchStep = { events: WatchEvent[]; end: 'close' | 'hang' | Error } | Error;
-
-/** A scripted client: each listAll/watch call takes the next step and records its arguments. */
-class ScriptedClient implements ReflectorClient {
-  listCalls: ListOptions[] = [];
-  watchCalls: WatchOptions[] = [];
-  constructor(
-    private lists: Step[],
-    private watches: WatchStep[],
-  ) {}
-  async listAll<T extends KubeObject>(_t: unknown, o: ListOptions = {}): Promise<{ items: T[]; resourceVersion: string }> {
-    this.listCalls.push(o);
-    const s = this.lists.shift() ?? new NodeletError('UNAVAILABLE', 'script ended');
-    if (s instanceof Error) throw s;
-    return { items: s.items as T[], resourceVersion: s.rv };
-  }
-  async watch<T extends KubeObject>(_t: unknown, o: WatchOptions = {}): Promise<AsyncIterable<WatchEvent<T>>> {
-    this.watchCalls.push(o);
-    const s = this.watches.shift() ?? { events: [], end: 'hang' as const };
-    if (s instanceof Error) throw s;
-    return (async function* () {
-      for (const e of s.events) yield e as WatchEvent<T>;
-      if (s.end instanceof Error) throw s.end;
-      if (s.end === 'hang') {
-        await new Promise((_, reject) => {
-          if (o.signal?.aborted) reject(new NodeletError('CANCELLED', 'aborted'));
-          o.signal?.addEventListener('abort', () => reject(new NodeletError('CANCELLED', 'aborted')), { once: true });
-        });
-      }
-    })();
-  }
-}
-
 describe('Reflector loop', () => {
   it('retries faults with backoff, resumes from the last version, relists on 410, never duplicates', async () => {
     const client = new ScriptedClient(
@@ -97,13 +45,14 @@ describe('Reflector loop', () => {
         { events: [{ type: 'ADDED', object: obj('c', '7') }], end: 'hang' },
       ],
     );
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const events: Array<ReflectorEvent<KubeObject>> = [];
     const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 0, random: () => 0.5, onEvent: (e) => events.push(e) });
     expect(r.healthy()).toBe(false);
     r.start();
+    // Two backoffs of 200 ms: everything after them happens at once.
+    await clock.advance(400);
     await r.waitForSync();
-    for (let i = 0; i < 100 && events.length < 5; i++) await new Promise((res) => setImmediate(res));
     expect(events).toEqual([
       { type: 'replace', items: [obj('a', '1')], resourceVersion: '2' },
       { type: 'update', object: obj('a', '3'), old: obj('a', '1') },
@@ -126,10 +75,10 @@ describe('Reflector loop', () => {
   it('backs off exponentially up to the maximum while the control plane is down, and stays unhealthy', async () => {
     const down = () => new NodeletError('UNAVAILABLE', 'connect ECONNREFUSED');
     const client = new ScriptedClient(Array.from({ length: 8 }, down), []);
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 0, random: () => 0.5, backoffBaseMs: 100, backoffMaxMs: 1000, onEvent: () => undefined });
     r.start();
-    for (let i = 0; i < 100 && clock.sleeps.length < 7; i++) await new Promise((res) => setImmediate(res));
+    await clock.advance(100 + 200 + 400 + 800 + 1000 + 1000 + 1000);
     await r.stop();
     expect(clock.sleeps.slice(0, 7)).toEqual([100, 200, 400, 800, 1000, 1000, 1000]);
     expect(r.healthy()).toBe(false);
@@ -145,9 +94,10 @@ describe('Reflector loop', () => {
       ],
       [],
     );
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 0, random: () => 0.5, backoffMaxMs: 30_000, onEvent: () => undefined });
     r.start();
+    await clock.advance(33_000);
     await r.waitForSync();
     await r.stop();
     expect(clock.sleeps).toEqual([3000, 30_000]);
@@ -158,7 +108,7 @@ describe('Reflector loop', () => {
     const gate = new Promise<void>((r) => (release = r));
     const client = new ScriptedClient([{ items: [obj('a', '1')], rv: '1' }], []);
     const slow: ReflectorClient = { listAll: async (t, o) => (await gate, client.listAll(t, o)), watch: (t, o) => client.watch(t, o) };
-    const r = new Reflector({ client: slow, type: PODS, clock: new StepClock(), logger: silentLogger(), idleTimeoutMs: 0, onEvent: () => undefined });
+    const r = new Reflector({ client: slow, type: PODS, clock: new VirtualClock(), logger: silentLogger(), idleTimeoutMs: 0, onEvent: () => undefined });
     r.start();
     const stopped = r.stop();
     release();
@@ -167,12 +117,13 @@ describe('Reflector loop', () => {
   });
 
   it('a consumer that throws does not stop the reflector', async () => {
+    const clock = new VirtualClock();
     const client = new ScriptedClient([{ items: [obj('a', '1')], rv: '1' }], [{ events: [{ type: 'ADDED', object: obj('b', '2') }], end: 'hang' }]);
     const seen: string[] = [];
     const r = new Reflector({
       client,
       type: PODS,
-      clock: new StepClock(),
+      clock,
       logger: silentLogger(),
       idleTimeoutMs: 0,
       onEvent: (e) => {
@@ -181,18 +132,19 @@ describe('Reflector loop', () => {
       },
     });
     r.start();
-    for (let i = 0; i < 100 && seen.length < 2; i++) await new Promise((res) => setImmediate(res));
+    await clock.advance(0);
     await r.stop();
     expect(seen).toEqual(['replace', 'add']);
   });
 
   it('restarts a watch that stays silent past idleTimeoutMs, from the same version', async () => {
     const client = new ScriptedClient([{ items: [], rv: '3' }], [{ events: [], end: 'hang' }, { events: [{ type: 'ADDED', object: obj('x', '4') }], end: 'hang' }]);
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const seen: Array<ReflectorEvent<KubeObject>> = [];
     const r = new Reflector({ client, type: PODS, clock, logger: silentLogger(), idleTimeoutMs: 60_000, onEvent: (e) => seen.push(e) });
     r.start();
-    for (let i = 0; i < 200 && seen.length < 2; i++) await new Promise((res) => setImmediate(res));
+    // The silent watch is given up at 60 s; the next one starts after the backoff for it (200 ms +/-20 %).
+    await clock.advance(61_000);
     await r.stop();
     expect(client.watchCalls.map((w) => w.resourceVersion)).toEqual(['3', '3']);
     expect(seen.at(-1)).toEqual({ type: 'add', object: obj('x', '4') });

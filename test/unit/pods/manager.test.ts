@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import type { Clock } from '../../../src/clock.js';
 import { NodeletError } from '../../../src/errors.js';
+import type { EventSink } from '../../../src/events.js';
 import { createLogger, silentLogger } from '../../../src/log.js';
 import { PodManager } from '../../../src/pods/manager.js';
-import { ManualClock } from '../../helpers/clock.js';
+import { ManualClock, VirtualClock } from '../../helpers/clock.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 
 const mkPod = (uid: string, restartPolicy = 'Always'): Pod => ({
@@ -19,25 +19,23 @@ function setup() {
   return { clock, rt, m };
 }
 
-/** Real time, short sleeps: for the loop itself. */
-const fastClock: Clock = {
-  now: () => Date.now(),
-  sleep: (_ms, signal) =>
-    new Promise<void>((resolve, reject) => {
-      const t = setTimeout(resolve, 5);
-      signal?.addEventListener('abort', () => (clearTimeout(t), reject(signal.reason)), { once: true });
-    }),
-};
-
-async function until(fn: () => boolean): Promise<void> {
-  for (let i = 0; i < 400 && !fn(); i++) await new Promise((r) => setTimeout(r, 5));
-  expect(fn()).toBe(true);
+/** A manager whose sources are ready, recording its events as `line` writes them (default `<type> <reason>: <message>`). */
+function withEvents(line: (...e: Parameters<EventSink['emit']>) => string = (_ref, type, reason, message) => `${type} ${reason}: ${message}`) {
+  const clock = new ManualClock();
+  const rt = new MemRuntime(clock);
+  const events: string[] = [];
+  const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, events: { emit: (...e) => void events.push(line(...e)) } });
+  m.setSourcesReady();
+  return { clock, rt, events, m };
 }
 
 describe('PodManager loop', () => {
   it('a long image pull holds back neither other pods nor the relist; pulls themselves are serialized', async () => {
-    const rt = new MemRuntime(new ManualClock());
-    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock: fastClock, relistMs: 5, serializeImagePulls: true });
+    const clock = new VirtualClock();
+    const rt = new MemRuntime(clock);
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, relistMs: 5, serializeImagePulls: true });
+    // The loop runs on virtual time: each step is one relist.
+    const until = (cond: () => boolean) => clock.advanceUntil(cond, { stepMs: 5, maxMs: 2000 });
     m.setSourcesReady();
     const withImage = (uid: string, image: string): Pod => ({ ...mkPod(uid), spec: { ...mkPod(uid).spec!, containers: [{ name: 'app', image }] } });
     m.start();
@@ -125,11 +123,11 @@ describe('PodManager', () => {
   });
 
   it('a pod removed while its worker is busy (a long pull) is still stopped and removed once the worker is free', async () => {
-    const { rt, m } = setup();
+    const { rt, clock, m } = setup();
     m.setSourcesReady();
     const pod: Pod = { ...mkPod('u1'), spec: { ...mkPod('u1').spec!, containers: [{ name: 'app', image: 'big:1' }] } };
     m.setDesired([pod]);
-    await until(() => rt.pulls.length === 1);
+    await clock.advanceUntil(() => rt.pulls.length === 1);
     expect(rt.sandboxes.size).toBe(1);
     m.setDesired([]);
     const removal = m.syncOnce();
@@ -173,16 +171,7 @@ describe('PodManager', () => {
   });
 
   it('emits the kubelet\'s pod events: Pulled, Created, Started; BackOff once per crash; Killing; Failed', async () => {
-    const clock = new ManualClock();
-    const rt = new MemRuntime(clock);
-    const events: string[] = [];
-    const m = new PodManager({
-      runtime: rt,
-      logger: silentLogger(),
-      clock,
-      events: { emit: (ref, type, reason, message) => events.push(`${type} ${reason} ${ref.name} ${ref.fieldPath ?? '-'}: ${message}`) },
-    });
-    m.setSourcesReady();
+    const { clock, rt, events, m } = withEvents((ref, type, reason, message) => `${type} ${reason} ${ref.name} ${ref.fieldPath ?? '-'}: ${message}`);
     m.setDesired([mkPod('u1')]);
     await m.syncOnce();
     expect(events).toEqual([
@@ -214,11 +203,7 @@ describe('PodManager', () => {
   });
 
   it('probes: a failing readiness probe keeps the pod not Ready; a failing liveness probe kills the container and restartPolicy restarts it', async () => {
-    const clock = new ManualClock();
-    const rt = new MemRuntime(clock);
-    const events: string[] = [];
-    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, events: { emit: (_r, type, reason, message) => events.push(`${type} ${reason}: ${message}`) } });
-    m.setSourcesReady();
+    const { clock, rt, events, m } = withEvents();
     const pod: Pod = {
       ...mkPod('u1'),
       spec: {
@@ -259,11 +244,7 @@ describe('PodManager', () => {
   });
 
   it('lifecycle hooks: preStop runs before the stop and its time comes off the grace period; a failing postStart kills the container', async () => {
-    const clock = new ManualClock();
-    const rt = new MemRuntime(clock);
-    const events: string[] = [];
-    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, events: { emit: (_r, type, reason, message) => events.push(`${type} ${reason}: ${message}`) } });
-    m.setSourcesReady();
+    const { rt, events, m } = withEvents();
     const withHooks = (uid: string, lifecycle: NonNullable<Pod['spec']>['containers'][number]['lifecycle']): Pod => ({
       ...mkPod(uid),
       spec: { ...mkPod(uid).spec!, terminationGracePeriodSeconds: 30, containers: [{ name: 'app', image: 'busybox', lifecycle }] },
@@ -362,7 +343,8 @@ describe('PodManager: a removal the runtime keeps failing', () => {
     return { logger, lines };
   }
 
-  it('is retried with the backoff (1 s doubling), one warning per error, and completes once the runtime recovers', async () => {
+  /** A manager with one running pod, logging to `lines`. */
+  async function runningPod() {
     const clock = new ManualClock();
     const rt = new MemRuntime(clock);
     const { logger, lines } = recordingLogger();
@@ -370,6 +352,11 @@ describe('PodManager: a removal the runtime keeps failing', () => {
     m.setSourcesReady();
     m.setDesired([mkPod('u1')]);
     await m.syncOnce();
+    return { clock, rt, lines, m };
+  }
+
+  it('is retried with the backoff (1 s doubling), one warning per error, and completes once the runtime recovers', async () => {
+    const { clock, rt, lines, m } = await runningPod();
     rt.failStopSandbox = new NodeletError('UNAVAILABLE', 'rpc error: StopPodSandbox failed: device busy');
     m.setDesired([]);
     // 60 s of relists, one a second, while every StopPodSandbox fails.
@@ -400,13 +387,7 @@ describe('PodManager: a removal the runtime keeps failing', () => {
   });
 
   it('a new error message is warned again, with the failure count kept', async () => {
-    const clock = new ManualClock();
-    const rt = new MemRuntime(clock);
-    const { logger, lines } = recordingLogger();
-    const m = new PodManager({ runtime: rt, logger, clock });
-    m.setSourcesReady();
-    m.setDesired([mkPod('u1')]);
-    await m.syncOnce();
+    const { clock, rt, lines, m } = await runningPod();
     m.setDesired([]);
     rt.failStopSandbox = new NodeletError('UNAVAILABLE', 'first error');
     await m.syncOnce();
@@ -416,5 +397,29 @@ describe('PodManager: a removal the runtime keeps failing', () => {
     const warnings = lines.filter((l) => l.level === 'warn').map((l) => l.msg);
     expect(warnings).toHaveLength(2);
     expect(warnings[1]).toContain('second error');
+  });
+});
+
+describe('PodManager housekeeping', () => {
+  it('removes the directories of pods neither wanted nor in the runtime, once every source has spoken, and leaves the others', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m.setDesired([mkPod('kept')]);
+    await m.syncOnce();
+    rt.leftovers.add('gone'); // left by a pod removed from the runtime while nodelet was down
+    await m.syncOnce();
+    expect(rt.calls).not.toContain('cleanupPod gone'); // sources not all heard from yet
+    m.setSourcesReady();
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('cleanupPod'))).toEqual(['cleanupPod gone']);
+    expect([...rt.leftovers]).toEqual(['kept']);
+    // Looked for again only after the housekeeping period.
+    rt.leftovers.add('later');
+    await m.syncOnce();
+    expect(rt.calls).not.toContain('cleanupPod later');
+    clock.t += 10_000;
+    await m.syncOnce();
+    expect(rt.calls).toContain('cleanupPod later');
   });
 });

@@ -1,8 +1,8 @@
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { MirrorPods, mirrorPodOf, planMirrorPods, type MirrorPodApi } from '../../../src/pods/mirror.js';
+import { MirrorPods, mirrorPodOf, planMirrorPods } from '../../../src/pods/mirror.js';
+import { MemMirrorPodApi } from '../../fakes/mirror-pods.js';
 
 const staticPod = (name: string, hash: string): Pod => ({
   metadata: {
@@ -56,46 +56,31 @@ describe('planMirrorPods', () => {
   }
 });
 
-class Api implements MirrorPodApi {
-  node: string | undefined;
-  created: Pod[] = [];
-  deleted: string[] = [];
-  createError: NodeletError | undefined;
-  async nodeUid() {
-    return this.node;
-  }
-  async createPod(p: Pod) {
-    if (this.createError) throw this.createError;
-    this.created.push(p);
-  }
-  async deletePod(_ns: string, _name: string, uid: string) {
-    this.deleted.push(uid);
-  }
-}
-
 describe('MirrorPods', () => {
   it('does nothing before the first API set, waits for the Node to exist, then creates the mirror', async () => {
-    const api = new Api();
+    const api = new MemMirrorPodApi();
     const m = new MirrorPods({ api, nodeName: 'n1', logger: silentLogger() });
     m.setStaticPods([staticPod('a', 'h1')]);
     await m.syncOnce();
     m.setApiPods([]);
     await m.syncOnce();
     expect(api.created).toEqual([]);
-    api.node = 'node-uid';
+    api.objects.addNode('n1', 'node-uid');
     await m.syncOnce();
     expect(api.created.map((p) => [p.metadata!.name, p.metadata!.ownerReferences![0]!.uid])).toEqual([['a-n1', 'node-uid']]);
   });
 
   it('an AlreadyExists (created by an earlier turn, not watched yet) is not an error; an outdated mirror is deleted', async () => {
-    const api = new Api();
-    api.node = 'node-uid';
+    const api = new MemMirrorPodApi();
+    api.objects.addNode('n1', 'node-uid');
+    // In the API: the outdated mirror of a, and the mirror of b an earlier turn created.
+    api.objects.createPod(mirror('a', 'h1', 'm1'));
+    api.objects.createPod(mirrorPodOf(staticPod('b', 'h3'), node));
     const warnings: string[] = [];
     const logger = { ...silentLogger(), warn: (_o: unknown, msg: string) => warnings.push(msg) } as never;
     const m = new MirrorPods({ api, nodeName: 'n1', logger });
     m.setStaticPods([staticPod('a', 'h2'), staticPod('b', 'h3')]);
     m.setApiPods([mirror('a', 'h1', 'm1')]);
-    api.createError = new NodeletError('ALREADY_EXISTS', 'pods "b-n1" already exists');
     await m.syncOnce();
     expect(api.deleted).toEqual(['m1']);
     expect(warnings).toEqual([]);

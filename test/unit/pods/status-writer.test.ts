@@ -2,21 +2,8 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { PodStatusWriter, type PodStatusApi } from '../../../src/pods/status-writer.js';
-
-class Api implements PodStatusApi {
-  patches: { name: string; uid: string; status: Record<string, unknown> }[] = [];
-  deletes: { name: string; uid: string }[] = [];
-  fail: NodeletError | undefined;
-  async patchPodStatus(_ns: string, name: string, uid: string, status: Record<string, unknown>) {
-    if (this.fail) throw this.fail;
-    this.patches.push({ name, uid, status });
-  }
-  async deletePod(_ns: string, name: string, uid: string) {
-    if (this.fail) throw this.fail;
-    this.deletes.push({ name, uid });
-  }
-}
+import { PodStatusWriter } from '../../../src/pods/status-writer.js';
+import { MemPodStatusApi } from '../../fakes/pod-status.js';
 
 const pod = (uid: string, extra: Partial<Pod['metadata']> = {}, phase?: string): Pod => ({
   metadata: { name: `p-${uid}`, namespace: 'default', uid, ...extra },
@@ -25,19 +12,24 @@ const pod = (uid: string, extra: Partial<Pod['metadata']> = {}, phase?: string):
 });
 
 function setup() {
-  const api = new Api();
+  const api = new MemPodStatusApi();
   const statuses = new Map<string, PodStatus>();
   const active = new Set<string>();
   const w = new PodStatusWriter({ api, pods: { statusOf: (p) => statuses.get(p.metadata!.uid!), active: (p) => active.has(p.metadata!.uid!) }, logger: silentLogger() });
-  return { api, statuses, active, w };
+  /** The API's pods, as the writer is told of them (the reflector's view) and as stored in the API (where it writes). */
+  const setApiPods = (pods: Pod[]) => {
+    for (const p of pods) if (!api.objects.pod(p.metadata!.namespace!, p.metadata!.name!)) api.objects.createPod(p);
+    w.setApiPods(pods);
+  };
+  return { api, statuses, active, w, setApiPods };
 }
 
 const running: PodStatus = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }], containerStatuses: [{ name: 'app', ready: true, restartCount: 0, image: 'busybox', imageID: '' }] };
 
 describe('PodStatusWriter', () => {
   it('writes a pod status once, again only when it changes, with the UID', async () => {
-    const { api, statuses, w } = setup();
-    w.setApiPods([pod('u1')]);
+    const { api, statuses, w, setApiPods } = setup();
+    setApiPods([pod('u1')]);
     await w.syncOnce();
     expect(api.patches).toEqual([]); // no status computed yet: nothing to say
     statuses.set('u1', { phase: 'Pending' });
@@ -51,8 +43,8 @@ describe('PodStatusWriter', () => {
   });
 
   it('clears a top-level field it wrote before and no longer has', async () => {
-    const { api, statuses, w } = setup();
-    w.setApiPods([pod('u1')]);
+    const { api, statuses, w, setApiPods } = setup();
+    setApiPods([pod('u1')]);
     statuses.set('u1', { phase: 'Pending', reason: 'SyncError', message: 'runtime down' });
     await w.syncOnce();
     statuses.set('u1', running);
@@ -61,8 +53,8 @@ describe('PodStatusWriter', () => {
   });
 
   it('never writes over a terminal phase in the API', async () => {
-    const { api, statuses, w } = setup();
-    w.setApiPods([pod('u1', {}, 'Succeeded'), pod('u2', {}, 'Failed')]);
+    const { api, statuses, w, setApiPods } = setup();
+    setApiPods([pod('u1', {}, 'Succeeded'), pod('u2', {}, 'Failed')]);
     statuses.set('u1', running);
     statuses.set('u2', running);
     await w.syncOnce();
@@ -70,8 +62,8 @@ describe('PodStatusWriter', () => {
   });
 
   it('retries a failed write on the next turn; a pod gone (404) is not retried', async () => {
-    const { api, statuses, w } = setup();
-    w.setApiPods([pod('u1')]);
+    const { api, statuses, w, setApiPods } = setup();
+    setApiPods([pod('u1')]);
     statuses.set('u1', running);
     api.fail = new NodeletError('UNAVAILABLE', 'connection refused');
     await w.syncOnce();
@@ -87,9 +79,9 @@ describe('PodStatusWriter', () => {
   });
 
   it('deletes a pod being deleted once the manager has removed it from the runtime, once', async () => {
-    const { api, active, w } = setup();
+    const { api, active, w, setApiPods } = setup();
     active.add('u1');
-    w.setApiPods([pod('u1', { deletionTimestamp: '2026-11-23T00:00:00Z' })]);
+    setApiPods([pod('u1', { deletionTimestamp: '2026-11-23T00:00:00Z' })]);
     await w.syncOnce();
     expect(api.deletes).toEqual([]); // containers still being stopped
     active.delete('u1');
@@ -99,8 +91,8 @@ describe('PodStatusWriter', () => {
   });
 
   it('a deletion refused because the name holds another pod (UID precondition, 409) is not retried', async () => {
-    const { api, w } = setup();
-    w.setApiPods([pod('u1', { deletionTimestamp: '2026-11-23T00:00:00Z' })]);
+    const { api, w, setApiPods } = setup();
+    setApiPods([pod('u1', { deletionTimestamp: '2026-11-23T00:00:00Z' })]);
     api.fail = new NodeletError('CONFLICT', 'Precondition failed: UID in precondition: u1, UID in object meta: u2');
     await w.syncOnce();
     api.fail = undefined;
@@ -109,13 +101,13 @@ describe('PodStatusWriter', () => {
   });
 
   it('forgets a pod that left the API: the same UID back later is written again', async () => {
-    const { api, statuses, w } = setup();
+    const { api, statuses, w, setApiPods } = setup();
     statuses.set('u1', running);
-    w.setApiPods([pod('u1')]);
+    setApiPods([pod('u1')]);
     await w.syncOnce();
-    w.setApiPods([]);
+    setApiPods([]);
     await w.syncOnce();
-    w.setApiPods([pod('u1')]);
+    setApiPods([pod('u1')]);
     await w.syncOnce();
     expect(api.patches).toHaveLength(2);
   });

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { Clock } from '../../../src/clock.js';
 import { NodeletError } from '../../../src/errors.js';
 import { deriveRuntimeState, INITIAL_RUNTIME_STATE, RuntimeHealth, type RuntimeState } from '../../../src/runtime/health.js';
 import type { RuntimeCondition, RuntimeService, RuntimeStatusInfo, VersionInfo } from '../../../src/runtime/types.js';
+import { VirtualClock } from '../../helpers/clock.js';
 
 const VERSION: VersionInfo = { version: '0.1.0', runtimeName: 'containerd', runtimeVersion: '1.6.20', runtimeApiVersion: 'v1' };
 const cond = (type: string, status: boolean, reason = '', message = ''): RuntimeCondition => ({ type, status, reason, message });
@@ -24,43 +24,6 @@ class ScriptedRuntime implements Pick<RuntimeService, 'status' | 'version'> {
     this.calls.push('version');
     if (this.down) throw down();
     return VERSION;
-  }
-}
-
-/**
- * A clock the test steps: every sleep is recorded and parks until `wake()`, which also
- * moves time forward by the slept amount. `parked()` resolves once the loop sleeps.
- */
-class StepClock implements Clock {
-  t = 1_000_000;
-  readonly sleeps: number[] = [];
-  #wake: (() => void) | undefined;
-  #parkedWaiters: (() => void)[] = [];
-  now(): number {
-    return this.t;
-  }
-  sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    this.sleeps.push(ms);
-    return new Promise((resolve, reject) => {
-      const onAbort = () => reject(signal!.reason);
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.#wake = () => {
-        signal?.removeEventListener('abort', onAbort);
-        this.t += ms;
-        resolve();
-      };
-      for (const w of this.#parkedWaiters.splice(0)) w();
-    });
-  }
-  parked(): Promise<void> {
-    return this.#wake ? Promise.resolve() : new Promise((r) => this.#parkedWaiters.push(r));
-  }
-  /** Ends the current sleep and waits until the loop sleeps again. */
-  async step(): Promise<void> {
-    const w = this.#wake;
-    this.#wake = undefined;
-    w?.();
-    await this.parked();
   }
 }
 
@@ -116,7 +79,7 @@ describe('deriveRuntimeState', () => {
 describe('RuntimeHealth', () => {
   it('starts unknown, and syncOnce reflects the runtime without throwing when it is down', async () => {
     const rt = new ScriptedRuntime();
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const h = new RuntimeHealth({ runtime: rt, clock });
     expect(h.state()).toMatchObject({ runtimeReady: false, reason: 'ContainerRuntimeUnknown' });
     expect(await h.syncOnce()).toMatchObject({ runtimeReady: true, networkReady: true, reason: 'ContainerRuntimeReady', lastChecked: clock.t });
@@ -132,7 +95,7 @@ describe('RuntimeHealth', () => {
     const changes: [string, string][] = [];
     const h = new RuntimeHealth({
       runtime: rt,
-      clock: new StepClock(),
+      clock: new VirtualClock(),
       onChange: (s, prev) => {
         changes.push([prev.reason, s.reason]);
         throw new Error('listener bug');
@@ -158,19 +121,19 @@ describe('RuntimeHealth', () => {
 
   it('polls every interval while up, backs off 1 s doubling to a 5 s cap while down, and recovers by itself', async () => {
     const rt = new ScriptedRuntime();
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const states: string[] = [];
     const h = new RuntimeHealth({ runtime: rt, clock, onChange: (s) => states.push(s.reason) });
     h.start();
-    await clock.parked();
+    await clock.advance(0);
     expect(h.state().runtimeReady).toBe(true);
     rt.down = true;
-    for (let i = 0; i < 6; i++) await clock.step();
+    for (let i = 0; i < 6; i++) await clock.advanceToNext();
     expect(h.state().reason).toBe('ContainerRuntimeDown');
     rt.down = false;
-    await clock.step();
+    await clock.advanceToNext();
     expect(h.state()).toMatchObject({ runtimeReady: true, reason: 'ContainerRuntimeReady', lastChecked: clock.t });
-    await clock.step();
+    await clock.advanceToNext();
     await h.stop();
     // up: 5000; down x6: 1000 2000 4000 5000 5000 5000; up again: 5000 5000
     expect(clock.sleeps).toEqual([5000, 1000, 2000, 4000, 5000, 5000, 5000, 5000, 5000]);
@@ -179,11 +142,11 @@ describe('RuntimeHealth', () => {
 
   it('stops when the start signal aborts, and stop() is idempotent', async () => {
     const rt = new ScriptedRuntime();
-    const clock = new StepClock();
+    const clock = new VirtualClock();
     const h = new RuntimeHealth({ runtime: rt, clock });
     const ac = new AbortController();
     h.start(ac.signal);
-    await clock.parked();
+    await clock.advance(0);
     const callsBefore = rt.calls.length;
     ac.abort();
     await h.stop();

@@ -16,7 +16,7 @@ import {
   type ReviewClient,
   type SubjectAccessReviewSpec,
 } from '../../../src/server/auth.js';
-import { ManualClock } from './manual-clock.js';
+import { ManualClock } from '../../helpers/clock.js';
 
 const nodeAttrs = (verb: string, subresource: string) => ({ verb, group: '', version: 'v1', resource: 'nodes', subresource, name: 'node-a', namespace: '' });
 
@@ -154,7 +154,7 @@ describe('Authenticator', () => {
     await expect(a.authenticate({ authorization: 'Bearer expired' })).rejects.toMatchObject({ code: 'UNAUTHENTICATED', details: { why: 'invalid bearer token: token expired' } });
     await expect(a.authenticate({ authorization: 'Bearer expired' })).rejects.toMatchObject({ code: 'UNAUTHENTICATED' });
     expect(r.calls.token).toBe(2);
-    clock.advance(120_000);
+    clock.t += 120_000;
     r.tokens.delete('tok-bob');
     await expect(a.authenticate({ authorization: 'Bearer tok-bob' })).rejects.toMatchObject({ code: 'UNAUTHENTICATED', details: { why: 'invalid bearer token' } });
     expect(r.calls.token).toBe(3);
@@ -214,16 +214,16 @@ describe('authorization', () => {
     await expect(authorizeRequest(authz, alice, cp)).rejects.toMatchObject({ code: 'FORBIDDEN' });
     await authorizeRequest(authz, alice, pods);
     allowCheckpoint = true;
-    clock.advance(29_999);
+    clock.t += 29_999;
     await expect(authorizeRequest(authz, alice, cp)).rejects.toMatchObject({ code: 'FORBIDDEN' });
     expect(r.calls.sar).toHaveLength(2);
-    clock.advance(1);
+    clock.t += 1;
     await authorizeRequest(authz, alice, cp);
     expect(r.calls.sar).toHaveLength(3);
     // The allowed /pods answer is still cached at 30 s, gone after 300 s.
     await authorizeRequest(authz, alice, pods);
     expect(r.calls.sar).toHaveLength(3);
-    clock.advance(300_000);
+    clock.t += 300_000;
     await authorizeRequest(authz, alice, pods);
     expect(r.calls.sar).toHaveLength(4);
     // Another user is another cache entry.

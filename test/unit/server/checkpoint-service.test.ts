@@ -8,7 +8,7 @@ import { NodeletError } from '../../../src/errors.js';
 import type { CheckpointRequest as CriCheckpointRequest, Container, ContainerFilter } from '../../../src/runtime/types.js';
 import { CheckpointService, checkpointDeadlineMs, type CheckpointRuntime, type PodLookup } from '../../../src/checkpoint/service.js';
 import { writeTar } from './archive-fixtures.js';
-import { ManualClock } from './manual-clock.js';
+import { ManualClock } from '../../helpers/clock.js';
 
 function pod(namespace: string, name: string, uid: string, containers: string[], init: string[] = [], ephemeral: string[] = []): Pod {
   return {
@@ -71,7 +71,7 @@ let pods: MemPods;
 beforeEach(async () => {
   root = await fsp.mkdtemp(path.join(os.tmpdir(), 'nodelet-cpsvc-'));
   rt = new MemRuntime();
-  clock = new ManualClock();
+  clock = new ManualClock(Date.UTC(2026, 10, 22, 23, 40, 5));
   pods = new MemPods([pod('default', 'web-0', 'uid-web', ['app', 'sidecar'], ['init-db'], ['debugger']), pod('prod', 'db', 'uid-db', ['pg'])]);
   rt.add('uid-web', 'app', 'c-app');
   rt.add('uid-web', 'sidecar', 'c-side');
@@ -246,7 +246,7 @@ describe('CheckpointService.checkpoint', () => {
     const names: string[] = [];
     for (let i = 0; i < 4; i++) {
       names.push(path.basename((await s.checkpoint(req('default', 'web-0', 'app'))).items[0]!));
-      clock.advance(1000);
+      clock.t += 1000;
     }
     await s.checkpoint(req('default', 'web-0', 'sidecar'));
     await s.checkpoint(req('prod', 'db', 'pg'));
@@ -267,7 +267,7 @@ describe('same-second checkpoints with retention', () => {
       const p = (await s.checkpoint(req('default', 'web-0', 'app'))).items[0]!;
       expect(fs.existsSync(p)).toBe(true);
       answered.push(p);
-      clock.advance(100);
+      clock.t += 100;
     }
     expect(new Set(answered).size).toBe(5);
     expect((await fsp.readdir(cpDir())).sort()).toEqual(answered.slice(-2).map((p) => path.basename(p)).sort());
@@ -276,7 +276,7 @@ describe('same-second checkpoints with retention', () => {
   it('a clock set back never makes retention remove the archive being answered', async () => {
     const s = svc({ retention: 1 });
     await s.checkpoint(req('default', 'web-0', 'app'));
-    clock.advance(-60_000);
+    clock.t -= 60_000;
     const p = (await s.checkpoint(req('default', 'web-0', 'app'))).items[0]!;
     expect(await fsp.readdir(cpDir())).toEqual([path.basename(p)]);
   });

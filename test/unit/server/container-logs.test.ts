@@ -7,6 +7,7 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/clock.js';
+import { VirtualClock } from '../../helpers/clock.js';
 import { CriLogDecoder, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
 
 
@@ -249,19 +250,8 @@ describe('streamLogs', () => {
 
   it('follow: one abort listener for its whole life, however many polls; it is removed when the follower ends', async () => {
     const ac = new AbortController();
-    // A clock whose sleeps end when the test says: no real waiting.
-    let wakeUp: (() => void) | undefined;
-    let slept = 0;
-    let onSleep: (() => void) | undefined;
-    const clock = {
-      sleep: () =>
-        new Promise<void>((resolve) => {
-          slept++;
-          wakeUp = resolve;
-          onSleep?.();
-        }),
-    };
-    const nextSleep = () => new Promise<void>((r) => (onSleep = r));
+    // The follower reads the file (real IO), then sleeps on the clock: the test wakes it.
+    const clock = new VirtualClock();
     let alive = true;
     const warnings: string[] = [];
     const onWarning = (w: Error) => warnings.push(w.name);
@@ -273,24 +263,29 @@ describe('streamLogs', () => {
         clock,
         during: async (file) => {
           for (let i = 0; i < 40; i++) {
-            await nextSleep();
+            await clock.whenSleeping();
             expect(getEventListeners(ac.signal, 'abort')).toHaveLength(1);
             if (i === 10) await fsp.appendFile(file, '2026-11-23T06:00:01Z stdout F four\n');
             if (i === 20) await fsp.appendFile(file, '2026-11-23T06:00:02Z stdout P fi');
             if (i === 30) await fsp.appendFile(file, '\n2026-11-23T06:00:02Z stdout F ve\n');
-            wakeUp!();
+            await clock.advanceToNext();
           }
-          await nextSleep();
+          await clock.whenSleeping();
           alive = false;
-          wakeUp!();
+          await clock.advanceToNext();
         },
       });
       expect(out).toBe('one\ntwo\nthree\nfour\nfive\n');
-      expect(slept).toBe(41);
+      expect(clock.sleeps).toHaveLength(41);
       expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
       // A client that goes away ends a follower at once, even mid-sleep.
       const ac2 = new AbortController();
-      const gone = readLog(lines, { follow: true }, { running: () => true, signal: ac2.signal, clock: { sleep: () => (ac2.abort(), new Promise<void>(() => undefined)) } });
+      const idle = new VirtualClock();
+      const gone = readLog(lines, { follow: true }, { running: () => true, signal: ac2.signal, clock: idle, during: async () => {
+          await idle.whenSleeping();
+          ac2.abort();
+        },
+      });
       await expect(gone).resolves.toBe('one\ntwo\nthree\n');
       expect(getEventListeners(ac2.signal, 'abort')).toHaveLength(0);
       expect(warnings).not.toContain('MaxListenersExceededWarning');

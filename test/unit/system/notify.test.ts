@@ -3,7 +3,7 @@ import { isNodeletError } from '../../../src/errors.js';
 import { HealthRegistry } from '../../../src/health/checks.js';
 import { silentLogger } from '../../../src/log.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from '../../../src/system/notify.js';
-import type { Clock } from '../../../src/clock.js';
+import { VirtualClock } from '../../helpers/clock.js';
 
 describe('watchdogIntervalFromEnv', () => {
   it.each([
@@ -44,16 +44,6 @@ describe('createNotifier', () => {
   });
 });
 
-class ManualClock implements Clock {
-  t = 0;
-  now() {
-    return this.t;
-  }
-  sleep(_ms: number, signal?: AbortSignal) {
-    return new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
-  }
-}
-
 describe('WatchdogLoop', () => {
   it('pings only while every health check passes', async () => {
     const sent: string[] = [];
@@ -61,7 +51,7 @@ describe('WatchdogLoop', () => {
     const health = new HealthRegistry();
     let healthy = true;
     health.add({ name: 'loop', check: () => { if (!healthy) throw new Error('stuck'); } });
-    const loop = new WatchdogLoop({ notifier, health, timeoutMs: 2000, clock: new ManualClock(), logger: silentLogger() });
+    const loop = new WatchdogLoop({ notifier, health, timeoutMs: 2000, clock: new VirtualClock(), logger: silentLogger() });
     expect(loop.periodMs).toBe(1000);
     expect(await loop.syncOnce()).toBe(true);
     healthy = false;
