@@ -45,8 +45,9 @@ describe.runIf(fs.existsSync(KUBECTL))('kubectl against the control plane', () =
     const r = await kubectl(['get', 'nodes']);
     expect(r.code).toBe(0);
     const lines = r.stdout.trim().split('\n');
-    expect(lines[0]).toMatch(/^NAME\s+CREATED AT$/);
-    expect(lines.slice(1).map((l) => l.split(/\s+/)[0])).toEqual(['node-a', 'node-b']);
+    // The API server's Node columns (a Node nobody reports for: no Ready condition yet).
+    expect(lines[0]).toMatch(/^NAME\s+STATUS\s+ROLES\s+AGE\s+VERSION$/);
+    expect(lines.slice(1).map((l) => l.split(/\s+/).slice(0, 2))).toEqual([['node-a', 'Unknown'], ['node-b', 'Unknown']]);
   });
 
   it('apply --server-side twice with different managers shows the conflict', async () => {
@@ -75,7 +76,8 @@ describe.runIf(fs.existsSync(KUBECTL))('kubectl against the control plane', () =
     };
     try {
       await until(/web/);
-      expect(out).toMatch(/^NAME\s+CREATED AT/);
+      // The API server's Pod columns.
+      expect(out).toMatch(/^NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE/);
       await kubectl(['create', '-f', '-'], manifest('x').replace('name: web', 'name: watched'));
       await until(/watched/);
       expect(out).toContain('watched');

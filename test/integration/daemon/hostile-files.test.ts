@@ -11,12 +11,13 @@ import http from 'node:http';
 import path from 'node:path';
 import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, runNodelet, startNodelet, tempDir, writeKubeletConfig, type LogRecord, type NodeletProcess } from '../../helpers/nodelet.js';
+import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
+import { eventually, runNodelet, startNodelet, tempDir, type LogRecord, type NodeletProcess } from '../../helpers/nodelet.js';
+import { startHealthzPoller } from '../../helpers/healthz-poller.js';
 import { request } from '../server/client.js';
 import { createTestCa, type Issued } from '../server/pki.js';
 
-let cri: FakeRuntime;
+let node: FakeNode;
 let nodelet: NodeletProcess;
 let dir: string;
 let manifests: string;
@@ -28,45 +29,21 @@ let serverCa: string;
 let client: Issued;
 const SECRET = 'TOP-SECRET-4f1d9c';
 
-const manifest = (name: string, extra = '') =>
-  `apiVersion: v1\nkind: Pod\nmetadata: {name: ${name}}\nspec:\n  hostNetwork: true\n  containers:\n  - name: web\n    image: docker.io/local/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, "3600"]\n${extra}`;
+const manifest = (name: string, extra = '') => sleeperManifest(name, undefined, extra);
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  dir = tempDir('nodelet-hostile-');
-  manifests = path.join(dir, 'manifests');
-  rootDir = path.join(dir, 'root');
-  fs.mkdirSync(manifests);
-  fs.mkdirSync(path.join(rootDir, 'seccomp'), { recursive: true, mode: 0o700 });
-  fs.writeFileSync(path.join(manifests, 'good.yaml'), manifest('good'));
   const ca = await createTestCa();
   client = await ca.issue({ cn: 'ops', orgs: ['ops'] });
-  fs.writeFileSync(path.join(dir, 'ca.crt'), ca.cert);
-  [port, readOnlyPort, healthzPort] = [await freePort(), await freePort(), await freePort()];
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    staticPodPath: manifests,
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port,
-    readOnlyPort,
-    healthzBindAddress: '127.0.0.1',
-    healthzPort,
-    authentication: `{anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
-    authorization: '{mode: AlwaysAllow}',
-  });
-  nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', rootDir, '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  node = await startFakeNode({ prefix: 'nodelet-hostile-', manifests: { 'good.yaml': manifest('good') }, clientCA: ca.cert, start: false });
+  ({ dir, manifests, rootDir } = node);
+  ({ https: port, readOnly: readOnlyPort, healthz: healthzPort } = node.ports);
+  fs.mkdirSync(path.join(rootDir, 'seccomp'), { recursive: true, mode: 0o700 });
+  nodelet = await node.start();
   await eventually(async () => (await pod('good-n1'))?.status?.containerStatuses?.[0]?.state?.running, 20_000);
-  serverCa = fs.readFileSync(path.join(rootDir, 'pki', 'kubelet.crt'), 'utf8');
+  serverCa = node.servingCert();
 }, 60_000);
 
-afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-  if (dir) fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => node?.close());
 
 async function pods(): Promise<Pod[]> {
   const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
@@ -95,33 +72,16 @@ function rssMb(pid: number): number {
   return Number(m![1]) / 1024;
 }
 
-/** Samples /healthz latency and RSS every 100 ms until stopped. */
-function sampler(pid: number) {
-  const latencies: number[] = [];
-  const rss: number[] = [];
-  let stopped = false;
-  const loop = (async () => {
-    while (!stopped) {
-      const next = new Promise((r) => setTimeout(r, 100));
-      rss.push(rssMb(pid));
-      latencies.push(await healthz());
-      await next;
-    }
-  })();
-  return {
-    latencies,
-    rss,
-    stop: async () => {
-      stopped = true;
-      await loop;
-    },
-  };
-}
-
-/** Writes a file into staticPodPath in one step (a dotfile, ignored, then renamed): one version. */
-function put(name: string, text: string): void {
-  fs.writeFileSync(path.join(manifests, `.${name}.tmp`), text);
-  fs.renameSync(path.join(manifests, `.${name}.tmp`), path.join(manifests, name));
+/**
+ * A file dropped into staticPodPath in one step: written beforehand under a dotfile name
+ * (ignored by nodelet), renamed into place when the test drops it, so the test's own
+ * writing is not inside the measured window and nodelet sees one version.
+ */
+function staged(name: string, text: string | (() => void)): () => void {
+  const tmp = path.join(manifests, `.${name}.tmp`);
+  if (typeof text === 'string') fs.writeFileSync(tmp, text);
+  else text();
+  return () => fs.renameSync(tmp, path.join(manifests, name));
 }
 
 const mentions = (records: LogRecord[], file: string) => records.filter((r) => JSON.stringify(r).includes(file));
@@ -140,32 +100,28 @@ describe('hostile files in staticPodPath', () => {
   it('never stall /healthz, grow RSS by 100 MB or touch the running pod; each is logged once', async () => {
     const before = (await pod('good-n1'))!.status!.containerStatuses![0]!.containerID;
     expect(before).toBeTruthy();
-    const baseline = rssMb(nodelet.pid);
-    const s = sampler(nodelet.pid);
+    const bomb = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'];
+    for (let i = 1; i < 9; i++) bomb.push(`${'abcdefghi'[i]}: &${'abcdefghi'[i]} [${Array(9).fill(`*${'abcdefghi'[i - 1]}`).join(',')}]`);
     const hostile: [string, () => void][] = [
-      ['big.yaml', () => {
-        // 50 MB: a YAML list of 13 million `- 1` lines, written in chunks.
-        // Written under a dotfile name (ignored), then renamed: one version of big.yaml.
+      // 50 MB: a YAML list of 13 million `- 1` lines, written in chunks.
+      ['big.yaml', staged('big.yaml', () => {
         const fd = fs.openSync(path.join(manifests, '.big.yaml.tmp'), 'w');
         const chunk = Buffer.from('- 1\n'.repeat(1_000_000));
         for (let i = 0; i < 13; i++) fs.writeSync(fd, chunk);
         fs.closeSync(fd);
-        fs.renameSync(path.join(manifests, '.big.yaml.tmp'), path.join(manifests, 'big.yaml'));
-      }],
-      ['deep.yaml', () => put('deep.yaml', '['.repeat(10_000) + ']'.repeat(10_000))],
-      ['bomb.yaml', () => {
-        const l = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'];
-        for (let i = 1; i < 9; i++) l.push(`${'abcdefghi'[i]}: &${'abcdefghi'[i]} [${Array(9).fill(`*${'abcdefghi'[i - 1]}`).join(',')}]`);
-        put('bomb.yaml', l.join('\n') + '\n');
-      }],
-      ['keys.yaml', () => put('keys.yaml', Array.from({ length: 100_000 }, (_, i) => `key${i}: value${i}`).join('\n'))],
+      })],
+      ['deep.yaml', staged('deep.yaml', '['.repeat(10_000) + ']'.repeat(10_000))],
+      ['bomb.yaml', staged('bomb.yaml', bomb.join('\n') + '\n')],
+      ['keys.yaml', staged('keys.yaml', Array.from({ length: 100_000 }, (_, i) => `key${i}: value${i}`).join('\n'))],
       // Under the 1.5 MiB size limit, so the parser (off the main thread) has to refuse it.
-      ['keys-1mib.yaml', () => put('keys-1mib.yaml', Array.from({ length: 60_000 }, (_, i) => `k${i}: v${i}`).join('\n'))],
+      ['keys-1mib.yaml', staged('keys-1mib.yaml', Array.from({ length: 60_000 }, (_, i) => `k${i}: v${i}`).join('\n'))],
       ['fifo.yaml', () => execFileSync('mkfifo', [path.join(manifests, 'fifo.yaml')])],
       ['loop.yaml', () => fs.symlinkSync('loop.yaml', path.join(manifests, 'loop.yaml'))],
       ['zero.yaml', () => fs.symlinkSync('/dev/zero', path.join(manifests, 'zero.yaml'))],
       ...(unreadableTarget ? [['unreadable.yaml', () => fs.symlinkSync(unreadableTarget, path.join(manifests, 'unreadable.yaml'))] as [string, () => void]] : []),
     ];
+    const baseline = rssMb(nodelet.pid);
+    const poller = startHealthzPoller(healthzPort, nodelet.pid);
     const took: Record<string, number> = {};
     for (const [name, create] of hostile) {
       const start = performance.now();
@@ -175,7 +131,7 @@ describe('hostile files in staticPodPath', () => {
     }
     // Two more rescans (1 s each): nothing is read or logged again.
     await new Promise((r) => setTimeout(r, 2500));
-    await s.stop();
+    const s = await poller.stop();
 
     for (const [name] of hostile) expect(mentions(nodelet.records, path.join(manifests, name)), name).toHaveLength(1);
     const msg = (name: string) => mentions(nodelet.records, path.join(manifests, name))[0]!.msg;
@@ -190,9 +146,10 @@ describe('hostile files in staticPodPath', () => {
     if (unreadableTarget) expect(msg('unreadable.yaml')).toMatch(/is not readable \(permission denied\)/);
 
     const worst = Math.max(...s.latencies);
-    const peak = Math.max(...s.rss);
+    const peak = Math.max(...s.rssMb);
     console.log(`hostile files: ${s.latencies.length} healthz samples, worst ${worst.toFixed(1)} ms; RSS ${baseline.toFixed(0)} -> peak ${peak.toFixed(0)} MB; ms to log each: ${JSON.stringify(took)}`);
     expect(s.latencies.length).toBeGreaterThan(20);
+    expect(s.latencies.filter((l) => l < 0), 'failed /healthz answers').toEqual([]);
     expect(worst).toBeLessThan(500);
     expect(peak - baseline).toBeLessThan(100);
     const good = (await pod('good-n1'))!;
@@ -270,7 +227,9 @@ describe('FIFOs where nodelet expects files', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(fifo);
     expect(r.stderr).toMatch(/is not a regular file: it is a FIFO/);
-    expect(ms).toBeLessThan(3000);
+    // The whole process (Node's own start is most of it, seconds on a loaded machine): a
+    // FIFO that blocked would never end.
+    expect(ms).toBeLessThan(10_000);
   }, 60_000);
 
   it('a FIFO as --config or as a drop-in: exit 1 naming it, before the lock is taken', async () => {
@@ -292,7 +251,8 @@ describe('FIFOs where nodelet expects files', () => {
         expect(r.code).toBe(1);
         expect(r.stdout + r.stderr).toContain(file);
         expect(r.stdout + r.stderr).toMatch(/is a FIFO, not a regular file/);
-        expect(ms).toBeLessThan(3000);
+        expect(ms).toBeLessThan(10_000); // the whole process, as above
+
         expect(fs.existsSync(path.join(d, 'lock'))).toBe(false);
       }
     } finally {

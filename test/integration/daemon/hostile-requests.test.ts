@@ -15,11 +15,11 @@ import path from 'node:path';
 import tls from 'node:tls';
 import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
+import { eventually, type NodeletProcess } from '../../helpers/nodelet.js';
 import { createTestCa, type Issued } from '../server/pki.js';
 
-let cri: FakeRuntime;
+let node: FakeNode;
 let nodelet: NodeletProcess;
 let dir: string;
 let ports: { healthz: number; https: number; readOnly: number };
@@ -28,45 +28,19 @@ let client: Issued;
 let pod: Pod;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  dir = tempDir();
   const ca = await createTestCa();
   client = await ca.issue({ cn: 'ops', orgs: ['ops'] });
-  fs.writeFileSync(path.join(dir, 'ca.crt'), ca.cert);
-  fs.mkdirSync(path.join(dir, 'manifests'));
-  fs.writeFileSync(
-    path.join(dir, 'manifests', 'app.yaml'),
-    'apiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: shop}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}\n',
-  );
-  ports = { healthz: await freePort(), https: await freePort(), readOnly: await freePort() };
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    staticPodPath: path.join(dir, 'manifests'),
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port: ports.https,
-    readOnlyPort: ports.readOnly,
-    healthzPort: ports.healthz,
-    healthzBindAddress: '127.0.0.1',
-    authentication: `{anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
-    authorization: '{mode: AlwaysAllow}',
-  });
-  nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, clientCA: ca.cert });
+  ({ nodelet, dir, ports } = node);
   pod = await eventually(async () => {
     const res = await fetch(`http://127.0.0.1:${ports.readOnly}/pods`);
     const p = ((await res.json()) as PodList).items[0];
     return p?.status?.containerStatuses?.[0]?.containerID && p.status.containerStatuses[0].state?.running ? p : undefined;
   }, 20_000);
-  serverCa = fs.readFileSync(path.join(dir, 'root', 'pki', 'kubelet.crt'), 'utf8');
+  serverCa = node.servingCert();
 });
 
-afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-  if (dir) fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => node?.close());
 
 interface RawAnswer {
   status?: number;

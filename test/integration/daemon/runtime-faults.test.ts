@@ -9,41 +9,21 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
+import { eventually, type NodeletProcess } from '../../helpers/nodelet.js';
 
-let cri: FakeRuntime;
+let node: FakeNode;
+let cri: FakeNode['cri'];
 let nodelet: NodeletProcess;
 let dir: string;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  dir = tempDir();
-  fs.mkdirSync(path.join(dir, 'manifests'));
-  fs.writeFileSync(
-    path.join(dir, 'manifests', 'app.yaml'),
-    'apiVersion: v1\nkind: Pod\nmetadata: {name: app}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}\n',
-  );
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: cri.endpoint,
-    staticPodPath: path.join(dir, 'manifests'),
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port: await freePort(),
-    healthzPort: 0,
-    authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-    authorization: '{mode: AlwaysAllow}',
-  });
-  nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', undefined).replace('  hostNetwork: true\n', '  hostNetwork: true\n  terminationGracePeriodSeconds: 1\n') } });
+  ({ cri, nodelet, dir } = node);
   await eventually(() => [...cri.containers.values()].some((c) => c.state === 'CONTAINER_RUNNING'), 20_000);
 });
 
-afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-});
+afterAll(() => node?.close());
 
 describe('a pod whose sandbox the runtime cannot stop', () => {
   it('is retried with the backoff and one warning, and removed once the runtime recovers', async () => {

@@ -7,24 +7,24 @@
  * event-loop check logs every delay of 50 ms or more at debug level, from Node's event-loop
  * delay histogram, so the test reads them from the log and prints them).
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import type { FakeRuntime } from '../../cri/fake-runtime.js';
+import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
+import { startHealthzPoller } from '../../helpers/healthz-poller.js';
+import { eventually, type NodeletProcess } from '../../helpers/nodelet.js';
 
 const PODS = 110;
 
+let node: FakeNode;
 let cri: FakeRuntime;
 let nodelet: NodeletProcess;
 let dir: string;
 let readOnlyPort: number;
 let healthzPort: number;
-
-const manifest = (name: string) =>
-  `apiVersion: v1\nkind: Pod\nmetadata: {name: ${name}}\nspec:\n  hostNetwork: true\n  containers:\n  - name: web\n    image: docker.io/local/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, "3600"]\n`;
 
 /** 190 files nodelet must refuse, of every hostile kind, each small enough to pass the size check where the kind needs it. */
 function hostileFiles(manifests: string): number {
@@ -61,77 +61,24 @@ function pct(xs: number[], q: number): number {
   return Math.round(s[Math.min(s.length - 1, Math.floor(q * s.length))]!);
 }
 
-/**
- * Polls /healthz every 100 ms from a process of its own (the test process also serves the
- * CRI calls of 110 pods, so its own event loop would add to what it measures); resolves
- * with the latencies once told to stop (a line on its stdin).
- */
-function startHealthzPoller(): { stop(): Promise<number[]> } {
-  const script = `
-    const http = require('node:http');
-    const out = []; let on = true;
-    process.stdin.on('data', () => { on = false; });
-    (async () => {
-      while (on) {
-        const t0 = performance.now();
-        await new Promise((resolve) => {
-          const req = http.get({ host: '127.0.0.1', port: ${healthzPort}, path: '/healthz', timeout: 5000 }, (res) => { res.resume(); res.on('end', () => { out.push(res.statusCode === 200 ? performance.now() - t0 : -res.statusCode); resolve(); }); });
-          req.on('timeout', () => req.destroy(new Error('timeout')));
-          req.on('error', () => { out.push(-1); resolve(); });
-        });
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      process.stdout.write(JSON.stringify(out));
-    })();`;
-  const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
-  let stdout = '';
-  child.stdout!.on('data', (d) => (stdout += d));
-  const done = new Promise<number[]>((resolve) => child.on('exit', () => resolve(JSON.parse(stdout || '[]') as number[])));
-  return {
-    stop() {
-      child.stdin!.end('stop\n');
-      return done;
-    },
-  };
-}
-
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  dir = tempDir('nodelet-scale-');
-  const manifests = path.join(dir, 'manifests');
-  fs.mkdirSync(manifests);
-  for (let i = 0; i < PODS; i++) fs.writeFileSync(path.join(manifests, `pod-${String(i).padStart(3, '0')}.yaml`), manifest(`pod-${i}`));
+  const manifests = Object.fromEntries(Array.from({ length: PODS }, (_, i) => [`pod-${String(i).padStart(3, '0')}.yaml`, sleeperManifest(`pod-${i}`)]));
+  node = await startFakeNode({ prefix: 'nodelet-scale-', manifests, start: false });
+  ({ cri, dir } = node);
+  ({ readOnly: readOnlyPort, healthz: healthzPort } = node.ports);
   // Made now, moved in later with rename(2): the test's own event loop must not be busy
   // writing megabytes while it measures nodelet's.
   fs.mkdirSync(path.join(dir, 'staging'));
   expect(PODS + hostileFiles(path.join(dir, 'staging'))).toBe(300);
-  [readOnlyPort, healthzPort] = [await freePort(), await freePort()];
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: cri.endpoint,
-    staticPodPath: manifests,
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port: await freePort(),
-    readOnlyPort,
-    healthzBindAddress: '127.0.0.1',
-    healthzPort,
-    authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-    authorization: '{mode: AlwaysAllow}',
-  });
 }, 120_000);
 
-afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-});
+afterAll(() => node?.close());
 
 describe('110 static pods and 190 hostile files in one staticPodPath', () => {
   it('runs every pod, refuses every hostile file, answers /healthz throughout, and no step holds the event loop', async () => {
-    nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1', '--log-level', 'debug']);
-    await nodelet.waitForMsg(/nodelet is ready/, 60_000);
+    nodelet = await node.start(['--log-level', 'debug']);
     const readyAt = nodelet.records.length;
-    const poller = startHealthzPoller();
+    const poller = startHealthzPoller(healthzPort);
     let latencies: number[] = [];
     try {
       // The hostile files land in the running nodelet's folder while its pods start.
@@ -148,7 +95,7 @@ describe('110 static pods and 190 hostile files in one staticPodPath', () => {
       // A few more seconds of rescans with everything running.
       await new Promise((r) => setTimeout(r, 3_000));
     } finally {
-      latencies = await poller.stop();
+      latencies = (await poller.stop()).latencies;
     }
     expect([...cri.containers.values()].filter((c) => c.state === 'CONTAINER_RUNNING')).toHaveLength(PODS);
     const skipped = nodelet.records.filter((r) => /skipping static pod manifest/.test(r.msg));
