@@ -23,6 +23,17 @@ export default defineConfig({
           fileParallelism: false,
         },
       },
+      {
+        extends: true,
+        test: {
+          // The fault, fuzz and access suite (test/faults): `npm run test:faults [-- --full]`.
+          name: 'faults',
+          include: ['test/faults/**/*.test.ts'],
+          testTimeout: 1_200_000,
+          hookTimeout: 300_000,
+          fileParallelism: false,
+        },
+      },
     ],
   },
 });

@@ -22,6 +22,7 @@ import { parseDuration } from './config/duration.js';
 import { CheckpointService } from './checkpoint/service.js';
 import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
 import { createNodeServer, createReadOnlyServer } from './server/https-server.js';
+import { StreamingService } from './server/streaming.js';
 import { loadOrCreateServingCert } from './server/tls.js';
 import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
 import { RuntimeHealth, type RuntimeState } from './runtime/health.js';
@@ -29,7 +30,14 @@ import { PodCidrUpdater } from './runtime/pod-cidr.js';
 import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
+import { Metrics } from './metrics/kubelet.js';
+import { StatsProvider } from './metrics/stats.js';
+import { renderResourceMetrics } from './metrics/resource.js';
+import { configzBody } from './metrics/configz.js';
+import type { Observability } from './server/https-server.js';
 import { PodSources } from './pods/sources.js';
+import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './system/host-facts.js';
+import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords } from './system/root-dir.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
 export interface NodeletFlags {
@@ -125,6 +133,8 @@ export class Daemon {
     const reviews = this.#deps.mode.reviews;
     const auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(reviews ? { reviewClient: reviews } : {}) });
     parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
+    // Host checks (swap, cgroups, kernel, the runtime's cgroup driver): a refusing one stops here, before the lock.
+    this.#host = await this.#checkHost();
     if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
 
     this.#notifier.status(`waiting for lock file ${flags.lockFile}`);
@@ -138,6 +148,7 @@ export class Daemon {
       await this.#contention.ready;
     }
     fs.mkdirSync(flags.rootDir, { recursive: true, mode: 0o750 });
+    await this.#prepareRootDir();
 
     const lock = this.#lock;
     this.health.add({
@@ -184,6 +195,33 @@ export class Daemon {
     }
   }
 
+  #host: HostCheckRun | undefined;
+  #imageRecords: ImagePullRecords | undefined;
+
+  /** Runs every host check once (host-facts.ts); logs warnings; throws the refusal (main: exit 1). */
+  async #checkHost(): Promise<HostCheckRun> {
+    const log = this.#log.child({ component: 'host-checks' });
+    const run = await runHostCheckPass(this.#deps.loaded.config, { env: this.#deps.env });
+    for (const r of run.results) {
+      if (r.verdict === 'warn') log.warn({ check: r.check, found: r.found }, `host check ${r.check}: ${r.action} (found: ${r.found})`);
+      else log.debug({ check: r.check, found: r.found, verdict: r.verdict }, `host check ${r.check}: ${r.verdict}`);
+    }
+    log.info({ cgroupDriver: run.cgroupDriver, source: run.facts.runtimeDriver.kind === 'answered' ? 'runtime' : 'config' }, `cgroup driver ${run.cgroupDriver} (${run.facts.runtimeDriver.kind === 'answered' ? 'from the runtime' : 'from the configuration: the runtime did not tell'})`);
+    const refusal = hostRefusal(run.results);
+    if (refusal) throw refusal;
+    return run;
+  }
+
+  /** The kubelet's layout under the root dir, its device checkpoint and image pull records (root-dir.ts). */
+  async #prepareRootDir(): Promise<void> {
+    const root = this.#deps.flags.rootDir;
+    const log = this.#log.child({ component: 'root-dir' });
+    await ensureRootDirLayout(root);
+    await ensureDeviceCheckpoint(root, log);
+    this.#imageRecords = new ImagePullRecords(root, log);
+    await this.#imageRecords.recover();
+  }
+
   /** `STATUS=` for systemctl status: mode, node, runtime state. */
   #statusLine(): string {
     const { identity } = this.#deps;
@@ -199,6 +237,11 @@ export class Daemon {
     const log = this.#log;
     const services: Service[] = [];
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
+    // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
+    const metrics = new Metrics();
+    // The control-plane client (undici, ~20 MB of RSS) is loaded only when connected.
+    const unobserve = this.mode === 'connected' ? (await import('./controlplane/client.js')).observeControlPlaneRequests((code, method, host) => metrics.restClientRequest(code, method, host)) : () => {};
+    services.push({ name: 'metrics', start: () => {}, stop: async () => (unobserve(), metrics.close()) });
 
     // The container runtime: a client that never fails at construction (the socket may
     // appear later), and a health loop that reports it and recovers by itself.
@@ -207,7 +250,15 @@ export class Daemon {
       ...(cfg.imageServiceEndpoint ? { imageEndpoint: cfg.imageServiceEndpoint } : {}),
       requestTimeoutMs,
       logger: log,
+      observe: (method, seconds, failed) => metrics.runtimeOperation(method, seconds, failed),
     });
+    const stats = new StatsProvider({ runtime: cri, nodeName: identity.nodeName, rootDir: flags.rootDir, clock: this.#deps.clock, onCollect: (s, ok) => (metrics.statsCollections.inc({ result: ok ? 'ok' : 'error' }), metrics.statsCollectionDuration.observe(undefined, s)) });
+    const observability: Observability = {
+      metrics: () => metrics.render(),
+      stats: () => stats.get(),
+      resourceMetrics: renderResourceMetrics,
+      ...(cfg.enableDebuggingHandlers ? { configz: (origin: boolean) => configzBody(this.#deps.loaded, origin) } : {}),
+    };
     // The pod CIDR for the runtime: the config's podCIDR, then (connected) the Node's; resent when the runtime comes back.
     const podCidr = new PodCidrUpdater({ runtime: cri, logger: log.child({ component: 'pod-cidr' }) });
     const health = new RuntimeHealth({
@@ -247,6 +298,8 @@ export class Daemon {
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
       events: this.#deps.mode.events,
       logger: log.child({ component: 'pods' }),
+      ...(this.#host ? { swap: nodeSwapFromFacts(this.#host.facts, cfg) } : {}),
+      ...(this.#imageRecords ? { imageRecords: this.#imageRecords } : {}),
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).
     const mode = this.#deps.mode;
@@ -257,6 +310,9 @@ export class Daemon {
       clock: this.#deps.clock,
       serializeImagePulls: cfg.serializeImagePulls,
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+      // Runtime pods another node's agent made are never removed, and reported on this Node.
+      nodeName: identity.nodeName,
+      metrics,
     });
     this.#status = { runtime: () => health.state(), pods: () => pods.listPods().length };
     this.health.add(pods.healthCheck());
@@ -292,7 +348,7 @@ export class Daemon {
     services.push(...mode.services({ sources, pods, runtimeState: () => health.state(), rootDir: flags.rootDir, imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]), podCIDR: (cidr) => void podCidr.update(cidr) }));
 
     if (cfg.readOnlyPort !== 0) {
-      const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, logger: log });
+      const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, observability, logger: log });
       services.push({
         name: 'read-only-server',
         start: async () => {
@@ -336,6 +392,8 @@ export class Daemon {
           pods,
           ...(checkpoints ? { checkpoints } : {}),
           ...(cfg.enableDebuggingHandlers ? { containerLogs: { podLogsDir: cfg.podLogsDir } } : {}),
+          ...(cfg.enableDebuggingHandlers ? { streaming: new StreamingService({ runtime: cri, pods, idleTimeoutMs: parseDuration(cfg.streamingConnectionIdleTimeout), logger: log }) } : {}),
+          observability,
           logger: log,
         });
         const a = await server.start();

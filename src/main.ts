@@ -17,6 +17,8 @@ import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedCo
 import { VERSION } from './version.js';
 import { nodeModeFor } from './connected.js';
 import { realClock } from './clock.js';
+import { isHostRefusal, runHostCheckPass } from './system/host-facts.js';
+import { refusals, renderHostChecks } from './system/host-checks.js';
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {
@@ -191,7 +193,8 @@ async function runDaemon(cmd: Command): Promise<number> {
     }
     reportFailure(err, logger);
     await daemon.stop();
-    return 2;
+    // A refusing host check (swap on with failSwapOn, ...) is invalid input, found before the lock.
+    return isHostRefusal(err) ? 1 : 2;
   }
   await daemon.done;
   await daemon.stop();
@@ -231,6 +234,15 @@ export function buildProgram(): Command {
     process.exitCode = await configView(cmd);
   });
 
+  addCommonOptions(
+    program
+      .command('doctor')
+      .description('run every host check (swap, cgroups, kernel features, the runtime\'s cgroup driver) without starting: no lock, nothing written; exits 1 when a check would stop the daemon')
+      .option('-o, --output <format>', 'text or json', 'text'),
+  ).action(async (_opts, cmd: Command) => {
+    process.exitCode = await doctorCommand(cmd);
+  });
+
   const checkpoint = program.command('checkpoint').description('work with checkpoint archives (POST /checkpoint writes them to <root-dir>/checkpoints)');
   checkpoint
     .command('inspect')
@@ -241,6 +253,31 @@ export function buildProgram(): Command {
       process.exitCode = await inspectCommand(archive, opts.output);
     });
   return program;
+}
+
+async function doctorCommand(cmd: Command): Promise<number> {
+  const o = cmd.optsWithGlobals();
+  const output = cmd.opts().output as string;
+  if (output !== 'text' && output !== 'json') {
+    process.stderr.write(`nodelet: --output: "${output}" is not one of text, json\n`);
+    return 1;
+  }
+  let loaded: LoadedConfig;
+  try {
+    loaded = await load(o);
+  } catch (err) {
+    reportFailure(err);
+    return 1;
+  }
+  const run = await runHostCheckPass(loaded.config);
+  const refuse = refusals(run.results).length > 0;
+  if (output === 'json') {
+    process.stdout.write(`${JSON.stringify({ checks: run.results, cgroupDriver: run.cgroupDriver, wouldStart: !refuse }, null, 2)}\n`);
+  } else {
+    process.stdout.write(renderHostChecks(run.results));
+    process.stdout.write(refuse ? 'nodelet would refuse to start (a FAIL above).\n' : `nodelet would start (cgroup driver ${run.cgroupDriver}).\n`);
+  }
+  return refuse ? 1 : 0;
 }
 
 async function inspectCommand(archive: string, output: string): Promise<number> {

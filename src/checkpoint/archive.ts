@@ -4,7 +4,7 @@
  * the file computes its sha256 and walks its tar headers (tar-stream) at the same time.
  *
  * - verifyArchive: the endpoint's check after the runtime says it succeeded (regular
- *   file, not a symlink, non-empty, first tar header readable) and its chmod 0600.
+ *   file, not a symlink, read to its end as a whole tar archive) and its chmod 0600.
  * - inspectArchive: `nodelet checkpoint inspect <archive>`: identity, size, sha256, entries.
  * - ArchiveLister: `GET /checkpoints`: every archive in a directory, with a cache keyed by
  *   (inode, size, mtime) so that listing again does not hash again.
@@ -66,6 +66,8 @@ interface ScanResult {
   entries: ArchiveEntry[];
   hints: Hints;
   tarError?: string;
+  /** The file's last `keepTail` bytes (when asked). */
+  tail?: Buffer;
 }
 
 /**
@@ -107,11 +109,12 @@ function hintsFromDump(name: string, data: Buffer, hints: Hints): void {
 }
 
 /** One streaming pass: sha256 + tar headers (+ the small metadata dumps). Never throws for bad tar data. */
-async function scan(fh: fsp.FileHandle): Promise<ScanResult> {
+async function scan(fh: fsp.FileHandle, keepTail = 0): Promise<ScanResult> {
   const hash = crypto.createHash('sha256');
   const entries: ArchiveEntry[] = [];
   const hints: Hints = {};
   let size = 0;
+  let tail: Buffer = Buffer.alloc(0);
   let tarError: string | undefined;
   const extract = tar.extract();
   extract.on('entry', (header, stream, next) => {
@@ -145,6 +148,7 @@ async function scan(fh: fsp.FileHandle): Promise<ScanResult> {
   for await (const chunk of rs as AsyncIterable<Buffer>) {
     hash.update(chunk);
     size += chunk.length;
+    if (keepTail > 0) tail = chunk.length >= keepTail ? chunk.subarray(chunk.length - keepTail) : Buffer.concat([tail, chunk]).subarray(-keepTail);
     // Keep hashing past a tar error; feed the parser only while it is healthy.
     if (!parserDone && !extract.write(chunk)) await Promise.race([new Promise<void>((r) => extract.once('drain', () => r())), done]);
   }
@@ -153,7 +157,7 @@ async function scan(fh: fsp.FileHandle): Promise<ScanResult> {
     await done;
   }
   if (tarError === undefined && entries.length === 0) tarError = size === 0 ? 'empty file' : 'no entries';
-  return { size, sha256: hash.digest('hex'), entries, hints, ...(tarError !== undefined ? { tarError } : {}) };
+  return { size, sha256: hash.digest('hex'), entries, hints, ...(tarError !== undefined ? { tarError } : {}), ...(keepTail > 0 ? { tail: Buffer.from(tail) } : {}) };
 }
 
 /** Chooses the owner of an archive from its name, its hints and a caller's knowledge. */
@@ -189,11 +193,18 @@ export async function inspectArchive(file: string): Promise<ArchiveDetails> {
   }
 }
 
+/** A tar archive ends with two 512-byte zero blocks (POSIX); Go's archive/tar and tar-stream write them. */
+const END_OF_ARCHIVE = 1024;
+
 /**
- * The endpoint's check of what the runtime left at `file`: a regular file (not a
- * symlink), with at least one readable tar header; then made 0600 (through the open
- * descriptor, so the mode lands on the file that was checked). Reads only the first
- * header. Throws INTERNAL saying what is wrong.
+ * The endpoint's check of what the runtime left at `file`, before it is answered 200:
+ * a regular file (not a symlink, opened by the safe reader), read to its end as a tar
+ * archive: every header and every member's data present (a cut in the middle of a member
+ * is "truncated"), at least one entry, whole 512-byte blocks and the end-of-archive
+ * marker (two zero blocks) last, so a cut on a member boundary is refused too. Then made
+ * 0600 through the open descriptor, so the mode lands on the file that was checked.
+ * Streams the file once (archives may be gigabytes). Throws INTERNAL saying what is wrong;
+ * the caller removes the file.
  */
 export async function verifyArchive(file: string): Promise<void> {
   let fh: fsp.FileHandle;
@@ -204,37 +215,22 @@ export async function verifyArchive(file: string): Promise<void> {
   }
   try {
     await fh.chmod(0o600);
-    const problem = await firstHeaderProblem(fh);
-    if (problem) throw new NodeletError('INTERNAL', `the runtime reported success but ${file} is not a readable tar archive: ${problem}`, { file });
+    const problem = await wholeArchiveProblem(fh);
+    if (problem) throw new NodeletError('INTERNAL', `the runtime reported success but ${file} is not a readable tar archive: ${problem}`, { file, problem });
   } finally {
     await fh.close();
   }
 }
 
-async function firstHeaderProblem(fh: fsp.FileHandle): Promise<string | undefined> {
-  const extract = tar.extract();
-  const rs = fh.createReadStream({ autoClose: false, start: 0, highWaterMark: 64 * 1024 });
-  return await new Promise<string | undefined>((resolve) => {
-    let settled = false;
-    let bytes = 0;
-    const settle = (v: string | undefined) => {
-      if (settled) return;
-      settled = true;
-      rs.destroy();
-      extract.destroy();
-      resolve(v);
-    };
-    extract.on('entry', () => settle(undefined));
-    extract.on('error', (err: Error) => settle(err.message));
-    extract.on('finish', () => settle(bytes === 0 ? 'empty file' : 'no entries'));
-    rs.on('data', (c: string | Buffer) => {
-      bytes += c.length;
-      if (!extract.write(c)) rs.pause();
-    });
-    extract.on('drain', () => rs.resume());
-    rs.on('end', () => extract.end(undefined));
-    rs.on('error', (err) => settle(err.message));
-  });
+/** Reads the whole file as a tar archive; undefined when it is whole, else why not. */
+async function wholeArchiveProblem(fh: fsp.FileHandle): Promise<string | undefined> {
+  const r = await scan(fh, END_OF_ARCHIVE);
+  if (r.size === 0) return 'empty file';
+  if (r.tarError === 'Unexpected end of data') return `truncated: the archive ends inside a member or block (${r.size} bytes)`;
+  if (r.tarError !== undefined) return r.tarError;
+  if (r.size % 512 !== 0) return `truncated: ${r.size} bytes is not a whole number of 512-byte tar blocks`;
+  if (!r.tail || r.tail.length < END_OF_ARCHIVE || r.tail.some((b) => b !== 0)) return `truncated: no end-of-archive marker after the last member (${r.size} bytes)`;
+  return undefined;
 }
 
 /** Archives listed in a directory, hashed once per (inode, size, mtime). One per directory. */

@@ -23,7 +23,8 @@
  *    reservation is enough;
  * 7. CRI CheckpointContainer with the timeout; the call's deadline is timeout + margin
  *    when a timeout is given, else runtimeRequestTimeout;
- * 8. the archive verified (regular file, readable tar header) and made 0600; only then
+ * 8. the archive verified (regular file, read to its end as a whole tar archive: a
+ *    truncated, empty or non-tar file is 500 with the reason) and made 0600; only then
  *    200 `{"items":["<path>"]}`. A failure removes what the runtime may have left there.
  * 9. retention (optional, keep the newest N of this container) after a success: the new
  *    archive and the newest N-1 others stay; the archive being answered is never removed.

@@ -135,6 +135,19 @@ interface Req {
 
 const PATCH_TYPES = { merge: 'application/merge-patch+json', strategic: 'application/strategic-merge-patch+json', json: 'application/json-patch+json' } as const;
 
+/**
+ * Observers of every request's outcome (`rest_client_requests_total`): HTTP status code or
+ * `<error>` when no answer came, method, and host:port, as client-go reports them. Process-wide
+ * like client-go's metrics, so the composition root can count the requests of a client built
+ * before it. Returns the unsubscribe. Observers must not throw.
+ */
+export type RequestObserver = (code: string, method: string, host: string) => void;
+const requestObservers = new Set<RequestObserver>();
+export function observeControlPlaneRequests(fn: RequestObserver): () => void {
+  requestObservers.add(fn);
+  return () => requestObservers.delete(fn);
+}
+
 /** The field manager nodelet writes as. */
 export const FIELD_MANAGER = 'nodelet';
 
@@ -144,10 +157,12 @@ export class ControlPlaneClient {
   readonly #agent: Agent;
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number;
+  readonly #host: string;
 
   /** Builds the connection pool; opens nothing until the first call. */
   constructor(o: ClientOptions) {
     this.server = o.access.server;
+    this.#host = URL.canParse(o.access.server) ? new URL(o.access.server).host : o.access.server;
     this.namespace = o.access.namespace;
     this.#timeoutMs = o.timeoutMs ?? 30_000;
     this.#agent = new Agent({
@@ -208,8 +223,10 @@ export class ControlPlaneClient {
         // A watch is quiet for long stretches; undici's default 5 min body timeout would cut it.
         ...(stream ? { bodyTimeout: 0 } : {}),
       });
+      for (const o of requestObservers) o(String(res.statusCode), r.method, this.#host);
       return { res, done };
     } catch (err) {
+      for (const o of requestObservers) o('<error>', r.method, this.#host);
       done();
       throw transportError(timedOut ? ctl.signal.reason : err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut });
     }

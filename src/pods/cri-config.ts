@@ -10,6 +10,7 @@ import type { DNSConfig } from '../runtime/types.js';
 import { podHostname } from './dns.js';
 import { containerEnv } from './env.js';
 import { containerHash } from './plan.js';
+import { applyContainerSwap, type NodeSwap } from './swap.js';
 
 import {
   ANN_CONTAINER_HASH,
@@ -19,6 +20,7 @@ import {
   ANN_TERMINATION_MESSAGE_PATH,
   ANN_TERMINATION_MESSAGE_POLICY,
   LABEL_CONTAINER_NAME,
+  LABEL_NODELET_NODE,
   LABEL_POD_NAME,
   LABEL_POD_NAMESPACE,
   LABEL_POD_UID,
@@ -33,6 +35,8 @@ export interface SandboxOptions {
   dnsConfig?: DNSConfig;
   /** For the hostname's domain (`spec.subdomain`); '' when none. */
   clusterDomain?: string;
+  /** This node's name: written as LABEL_NODELET_NODE so that another agent on the same runtime leaves the sandbox alone. */
+  nodeName?: string;
 }
 
 type CriObject = Record<string, unknown>;
@@ -63,7 +67,7 @@ export function sandboxConfig(pod: Pod, attempt: number, o: SandboxOptions): Cri
   const cfg: CriObject = {
     metadata: { name: pod.metadata!.name, uid: pod.metadata!.uid, namespace: pod.metadata!.namespace ?? 'default', attempt },
     logDirectory: o.logDirectory,
-    labels: podLabels(pod),
+    labels: { ...podLabels(pod), ...(o.nodeName ? { [LABEL_NODELET_NODE]: o.nodeName } : {}) },
     annotations: { ...(pod.metadata?.annotations ?? {}) },
     portMappings: ports,
     linux: {
@@ -92,6 +96,8 @@ export interface ContainerOptions {
   hostIP?: string;
   /** The pod's IPs from its sandbox (a pod with its own network); a hostNetwork pod's are the node's. */
   podIPs?: string[];
+  /** The node's swap (memorySwap.swapBehavior and host facts); unset: no swap field is set (swap.ts). */
+  swap?: NodeSwap;
 }
 
 export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): CriObject {
@@ -108,6 +114,7 @@ export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): Cr
   }
   resources.cpuShares = requests.cpu !== undefined ? Math.max(2, Math.round(o.quantity(requests.cpu) * 1024)) : 2;
   if (limits.memory !== undefined) resources.memoryLimitInBytes = Math.round(o.quantity(limits.memory));
+  if (o.swap) applyContainerSwap(resources, pod, c, o.swap, o.quantity);
   const sc = c.securityContext ?? {};
   const psc = pod.spec?.securityContext ?? {};
   const runAsUser = sc.runAsUser ?? psc.runAsUser;

@@ -31,6 +31,7 @@ import {
   ANN_GRACE_PERIOD,
   ANN_RESTART_COUNT,
   LABEL_CONTAINER_NAME,
+  LABEL_NODELET_NODE,
   LABEL_POD_NAME,
   LABEL_POD_NAMESPACE,
   LABEL_POD_UID,
@@ -43,6 +44,8 @@ import type { ObservedContainer, ObservedContainerState, ObservedPod } from './o
 import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
 import type { Mounter } from './subpath.js';
+import type { NodeSwap } from './swap.js';
+import type { ImagePullRecords } from '../system/root-dir.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 
 export interface CriPodRuntimeOptions {
@@ -63,6 +66,10 @@ export interface CriPodRuntimeOptions {
   /** The kubelet's DNS warnings (MissingClusterDNS, DNSConfigForming) go here as events and logs. */
   events?: EventSink;
   logger?: Logger;
+  /** The node's swap (memorySwap.swapBehavior and host facts): containers' swap limits (swap.ts). */
+  swap?: NodeSwap;
+  /** Image pull records under <root-dir>/image_manager (root-dir.ts); unset: none written. */
+  imageRecords?: Pick<ImagePullRecords, 'pulling' | 'pulled' | 'failed'>;
 }
 
 /**
@@ -177,6 +184,7 @@ export class CriPodRuntime implements PodRuntime {
       logDirectory: this.#logDirectory(pod),
       dnsConfig: dns.config,
       ...(this.#o.clusterDomain ? { clusterDomain: this.#o.clusterDomain } : {}),
+      ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
     }) as unknown as PodSandboxConfig;
   }
 
@@ -245,6 +253,7 @@ export class CriPodRuntime implements PodRuntime {
     }
     const labels = sandboxes[0]?.labels ?? list[0]?.labels ?? {};
     const grace = list.map((c) => Number(c.annotations[ANN_GRACE_PERIOD])).find((g) => Number.isFinite(g) && g >= 0);
+    const node = sandboxes.map((s) => s.labels[LABEL_NODELET_NODE]).find((n) => n !== undefined && n !== '');
     return {
       uid,
       name: labels[LABEL_POD_NAME] ?? sandboxes[0]?.metadata.name ?? '',
@@ -258,6 +267,7 @@ export class CriPodRuntime implements PodRuntime {
       ),
       containers,
       ...(grace !== undefined ? { gracePeriodSeconds: grace } : {}),
+      ...(node !== undefined ? { node, ...(this.#o.nodeName && node !== this.#o.nodeName ? { foreign: true } : {}) } : {}),
     };
   }
 
@@ -312,9 +322,15 @@ export class CriPodRuntime implements PodRuntime {
         throw new NodeletError('NOT_FOUND', `container image "${image}" is not present with pull policy of Never`, { reason: 'ErrImageNeverPull' });
       }
     }
+    const records = this.#o.imageRecords;
     try {
-      await gate(() => this.#o.cri.pullImage(image));
+      const ref = await gate(async () => {
+        await records?.pulling(image);
+        return this.#o.cri.pullImage(image);
+      });
+      await records?.pulled(image, ref);
     } catch (err) {
+      await records?.failed(image);
       throw withReason(err, 'ErrImagePull', `failed to pull image "${image}"`);
     }
     return true;
@@ -337,6 +353,7 @@ export class CriPodRuntime implements PodRuntime {
         ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
         ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
         ...(podIPs.length ? { podIPs } : {}),
+        ...(this.#o.swap ? { swap: this.#o.swap } : {}),
       }) as unknown as ContainerConfig;
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);

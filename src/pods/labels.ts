@@ -14,5 +14,14 @@ export const ANN_TERMINATION_MESSAGE_PATH = 'io.kubernetes.container.termination
 export const ANN_TERMINATION_MESSAGE_POLICY = 'io.kubernetes.container.terminationMessagePolicy';
 export const ANN_PORTS = 'io.kubernetes.container.ports';
 export const ANN_GRACE_PERIOD = 'io.kubernetes.pod.terminationGracePeriod';
+/**
+ * nodelet's own label beside the kubelet's, on the sandboxes it creates: the name of the
+ * node whose agent created the pod. A runtime shared by two agents (a misconfigured
+ * second node pointing at the same socket) would otherwise have each remove the other's
+ * pods; a pod marked with another node's name is never removed, and reported. A pod
+ * without it (a kubelet's, when nodelet replaces it on a live node) is adopted or removed
+ * as the kubelet would.
+ */
+export const LABEL_NODELET_NODE = 'io.kubernetes.nodelet.node';
 /** Marks what nodelet created, like the kubelet's `io.kubernetes.container.*` set; CRI labels only take strings. */
 export const LABEL_MANAGED_BY = 'io.kubernetes.pod.managed-by';

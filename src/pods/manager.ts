@@ -12,7 +12,7 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { HealthCheck } from '../health/checks.js';
-import { noEvents, type EventSink } from '../events.js';
+import { nodeRef, noEvents, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
@@ -37,6 +37,8 @@ export interface PodManagerOptions {
   events?: EventSink;
   /** What /metrics counts of the pods (running pods and containers, worker and start durations, starts). */
   metrics?: PodManagerMetrics;
+  /** This node's name: the Node the warning about another agent's pods is an event on (none when unset). */
+  nodeName?: string;
 }
 
 /** How often the directories pods left on the node are looked for (the kubelet's housekeeping runs every 2 s; a directory listing every 10 s is plenty). */
@@ -53,7 +55,7 @@ class Mutex {
 }
 
 export class PodManager {
-  readonly #o: Required<Omit<PodManagerOptions, 'hostIP'>> & { hostIP?: string };
+  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName'>> & { hostIP?: string; nodeName?: string };
   readonly #workers = new Map<string, PodWorker>();
   readonly #pulls = new Mutex();
   #desired = new Map<string, Pod>();
@@ -66,6 +68,8 @@ export class PodManager {
   /** When leftover pod directories were last looked for (0: not yet; the first turn after sourcesReady does). */
   #lastHousekeeping = -Infinity;
   readonly #probes: ProbeManager;
+  /** Runtime pods marked with another node's name already reported (one warning per pod). */
+  readonly #foreign = new Set<string>();
   /** Clock time each pod was first seen, until it first runs (kubelet_pod_start_duration_seconds). */
   readonly #firstSeen = new Map<string, number>();
 
@@ -221,12 +225,18 @@ export class PodManager {
     // A failure record outlives nothing: a runtime pod that went away by other means is forgotten.
     const present = new Set(all.map((o) => o.uid));
     for (const uid of this.#removals.keys()) if (!present.has(uid)) this.#removals.delete(uid);
+    for (const uid of this.#foreign) if (!present.has(uid)) this.#foreign.delete(uid);
     const now = this.#o.clock.now();
     if (this.#sourcesReady && now - this.#lastHousekeeping >= HOUSEKEEPING_MS) {
       this.#lastHousekeeping = now;
       jobs.push(this.#removeLeftovers(present));
     }
     for (const obs of all) {
+      // Another agent's pod on a shared runtime: never ours to remove, whatever the sources say.
+      if (obs.foreign) {
+        this.#reportForeign(obs);
+        continue;
+      }
       if (this.#workers.has(obs.uid)) continue;
       // A pod still wanted runs; one being deleted in the control plane whose removal failed
       // earlier is retried here, like a runtime pod nobody wants.
@@ -245,6 +255,15 @@ export class PodManager {
       jobs.push(w.request(() => this.#terminate(w, grace)));
     }
     return jobs;
+  }
+
+  /** One warning (and one Warning event on the Node) per runtime pod marked with another node's name. */
+  #reportForeign(obs: ObservedPod): void {
+    if (this.#foreign.has(obs.uid)) return;
+    this.#foreign.add(obs.uid);
+    const message = `runtime pod ${obs.namespace}/${obs.name} (uid ${obs.uid}) was created by the agent of node "${obs.node}": another node agent shares this container runtime; nodelet leaves the pod alone`;
+    this.#log.warn({ pod: `${obs.namespace}/${obs.name}`, uid: obs.uid, node: obs.node }, message);
+    if (this.#o.nodeName) this.#o.events.emit(nodeRef(this.#o.nodeName), 'Warning', 'ForeignRuntimePod', message);
   }
 
   /**

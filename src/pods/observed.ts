@@ -45,6 +45,13 @@ export interface ObservedPod {
   containers: ObservedContainer[];
   /** `io.kubernetes.pod.terminationGracePeriod` from the containers, for orphans. */
   gracePeriodSeconds?: number;
+  /** The node name its sandbox is marked with (`io.kubernetes.nodelet.node`); absent when unmarked (a kubelet's pod). */
+  node?: string;
+  /**
+   * True when `node` names another node than the reader's: another agent's pod on a shared
+   * runtime. Never removed, never synced; reported.
+   */
+  foreign?: boolean;
 }
 
 /** The newest sandbox by creation time (then attempt). */

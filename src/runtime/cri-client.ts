@@ -21,6 +21,9 @@ import { loadCriPackage } from './proto.js';
 import type {
   CheckpointRequest,
   Container,
+  ContainerStats,
+  FilesystemUsage,
+  PodSandboxStats,
   ContainerConfig,
   ContainerFilter,
   ContainerStatus,
@@ -30,10 +33,20 @@ import type {
   PodSandboxConfig,
   PodSandboxFilter,
   PodSandboxStatus,
+  RuntimeCgroupConfig,
   RuntimeService,
   RuntimeStatusInfo,
+  StreamAttachRequest,
+  StreamExecRequest,
   VersionInfo,
 } from './types.js';
+
+/** The streaming URL of an Exec/Attach/PortForward answer; a runtime answering none is a runtime fault. */
+function streamUrl(method: string, res: Record<string, unknown>): string {
+  const url = res.url;
+  if (typeof url !== 'string' || url === '') throw new NodeletError('INTERNAL', `${method}: runtime returned no streaming URL`, { method });
+  return url;
+}
 
 /** The CRI API version nodelet speaks, sent in VersionRequest like the kubelet's. */
 export const CRI_API_VERSION = 'v1';
@@ -48,6 +61,8 @@ export interface CriClientOptions {
   /** Deadline of PullImage; default max(requestTimeoutMs, 10 min): pulls of big images are slow. */
   pullTimeoutMs?: number;
   logger?: Logger;
+  /** Called after every call with its CRI method name, duration and outcome (metrics). Must not throw. */
+  observe?: (method: string, seconds: number, failed: boolean) => void;
 }
 
 export interface CriClient extends RuntimeService, ImageService {
@@ -55,6 +70,11 @@ export interface CriClient extends RuntimeService, ImageService {
   readonly imageEndpoint: string;
   /** Closes the channels; later calls fail. Idempotent. */
   close(): void;
+  /**
+   * CRI RuntimeConfig: the runtime's cgroup driver (`linux.cgroup_driver`). Throws
+   * NodeletError UNIMPLEMENTED from a runtime without it (containerd 1.6), UNAVAILABLE when down.
+   */
+  runtimeConfig(): Promise<RuntimeCgroupConfig>;
 }
 
 /** Normalizes an endpoint flag value to a grpc-js target, or throws INVALID_ARGUMENT naming `param`. */
@@ -109,6 +129,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       const md = new grpc.Metadata({ waitForReady: false });
       fn.call(client, req, md, { deadline: started + deadlineMs }, (err, res) => {
         const ms = Date.now() - started;
+        opts.observe?.(method, ms / 1000, !!err);
         if (err) {
           const e = fromGrpcError(method, err);
           log.debug({ method, ms, code: e.code, err: e.message }, 'CRI call failed');
@@ -135,6 +156,12 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       const res = await rt('Status', { verbose });
       const status = res.status as { conditions: RuntimeStatusInfo['conditions'] } | null;
       return { conditions: status?.conditions ?? [], info: (res.info as Record<string, string>) ?? {} };
+    },
+    async runtimeConfig() {
+      const res = await rt('RuntimeConfig', {});
+      const linux = res.linux as { cgroupDriver?: string } | null;
+      // proto3: SYSTEMD is 0, so an answer without `linux` reads as systemd, as the kubelet reads it.
+      return { cgroupDriver: linux?.cgroupDriver === 'CGROUPFS' ? 'cgroupfs' : 'systemd' } as RuntimeCgroupConfig;
     },
     async updateRuntimeConfig(podCIDR: string) {
       await rt('UpdateRuntimeConfig', { runtimeConfig: { networkConfig: { podCidr: podCIDR } } });
@@ -194,6 +221,26 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       const res = await rt('ExecSync', { containerId: id, cmd, timeout: t }, requestTimeoutMs + t * 1000);
       return { stdout: Buffer.from((res.stdout as Uint8Array | undefined) ?? []), stderr: Buffer.from((res.stderr as Uint8Array | undefined) ?? []), exitCode: Number(res.exitCode ?? 0) };
     },
+    async exec(req: StreamExecRequest) {
+      return streamUrl('Exec', await rt('Exec', req));
+    },
+    async attach(req: StreamAttachRequest) {
+      return streamUrl('Attach', await rt('Attach', req));
+    },
+    async portForward(podSandboxId: string, ports: number[]) {
+      return streamUrl('PortForward', await rt('PortForward', { podSandboxId, port: ports }));
+    },
+    async reopenContainerLog(id: string) {
+      await rt('ReopenContainerLog', { containerId: id });
+    },
+    async listContainerStats() {
+      const res = await rt('ListContainerStats', {});
+      return (res.stats as ContainerStats[]) ?? [];
+    },
+    async listPodSandboxStats() {
+      const res = await rt('ListPodSandboxStats', {});
+      return (res.stats as PodSandboxStats[]) ?? [];
+    },
     async checkpointContainer(req: CheckpointRequest, o: { deadlineMs?: number } = {}) {
       const timeoutSec = Math.max(0, Math.floor(req.timeoutSec));
       const deadlineMs = o.deadlineMs ?? Math.max(requestTimeoutMs, timeoutSec * 1000);
@@ -218,6 +265,11 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     async imageFsInfo() {
       const res = await img('ImageFsInfo', {});
       return ((res.imageFilesystems as { fsId?: { mountpoint?: string } }[] | undefined) ?? []).map((f) => f.fsId?.mountpoint ?? '').filter((m) => m !== '');
+    },
+
+    async imageFsUsage() {
+      const res = await img('ImageFsInfo', {});
+      return (res.imageFilesystems as FilesystemUsage[] | undefined) ?? [];
     },
 
     close() {

@@ -94,6 +94,11 @@ export interface LinuxContainerResources {
   memorySwapLimitInBytes?: number;
 }
 
+/** CRI RuntimeConfigResponse, `linux.cgroup_driver` as the kubelet's config names it. */
+export interface RuntimeCgroupConfig {
+  cgroupDriver: 'systemd' | 'cgroupfs';
+}
+
 // ------------------------------------------------------------------ sandboxes
 
 export interface PodSandboxMetadata {
@@ -334,7 +339,33 @@ export interface RuntimeService {
    * of requestTimeoutMs and `req.timeoutSec`. containerd 1.6: UNIMPLEMENTED.
    */
   checkpointContainer(req: CheckpointRequest, opts?: { deadlineMs?: number }): Promise<void>;
+  /**
+   * CRI Exec, Attach, PortForward: the URL of the runtime's streaming server for one
+   * session (containerd: `http://127.0.0.1:<port>/exec/<token>`, valid for one use within
+   * about a minute), which the node agent proxies the client's upgraded connection to.
+   * Optional for fakes.
+   */
+  exec?(req: StreamExecRequest): Promise<string>;
+  attach?(req: StreamAttachRequest): Promise<string>;
+  portForward?(podSandboxId: string, ports: number[]): Promise<string>;
+  /** CRI ReopenContainerLog: the runtime reopens the container's log file (after a rotation). Optional for fakes. */
+  reopenContainerLog?(id: string): Promise<void>;
+  /** CRI ListContainerStats: usage of the runtime's containers (containerd 1.6: every container it has, cpu, memory and writable layer; swap null). Optional for fakes. */
+  listContainerStats?(): Promise<ContainerStats[]>;
+  /** CRI ListPodSandboxStats. containerd 1.6 fails it (UNKNOWN, "cgroupPath is empty") for sandboxes without a cgroup parent, which nodelet's are. Optional for fakes. */
+  listPodSandboxStats?(): Promise<PodSandboxStats[]>;
 }
+
+export interface StreamExecRequest {
+  containerId: string;
+  cmd: string[];
+  tty: boolean;
+  stdin: boolean;
+  stdout: boolean;
+  stderr: boolean;
+}
+
+export type StreamAttachRequest = Omit<StreamExecRequest, 'cmd'>;
 
 export interface ExecSyncResult {
   stdout: Buffer;
@@ -360,4 +391,70 @@ export interface ImageService {
    * root dir's filesystem.
    */
   imageFsInfo?(): Promise<string[]>;
+  /** The whole CRI ImageFsInfo answer (mountpoint, used bytes and inodes), for /stats/summary. */
+  imageFsUsage?(): Promise<FilesystemUsage[]>;
+}
+
+// ------------------------------------------------------------------ stats (metrics/resource, stats/summary)
+
+/** CRI UInt64Value: absent (null) means "not reported". */
+export interface UInt64Value {
+  value: number;
+}
+
+export interface CpuUsage {
+  /** Nanoseconds since the epoch. */
+  timestamp: number;
+  usageCoreNanoSeconds: UInt64Value | null;
+  usageNanoCores: UInt64Value | null;
+}
+
+export interface MemoryUsage {
+  timestamp: number;
+  workingSetBytes: UInt64Value | null;
+  availableBytes: UInt64Value | null;
+  usageBytes: UInt64Value | null;
+  rssBytes: UInt64Value | null;
+  pageFaults: UInt64Value | null;
+  majorPageFaults: UInt64Value | null;
+}
+
+export interface SwapUsage {
+  timestamp: number;
+  swapAvailableBytes: UInt64Value | null;
+  swapUsageBytes: UInt64Value | null;
+}
+
+export interface FilesystemUsage {
+  timestamp: number;
+  fsId: { mountpoint: string } | null;
+  usedBytes: UInt64Value | null;
+  inodesUsed: UInt64Value | null;
+}
+
+export interface ContainerStats {
+  attributes: { id: string; metadata: ContainerMetadata | null; labels: Record<string, string>; annotations: Record<string, string> } | null;
+  cpu: CpuUsage | null;
+  memory: MemoryUsage | null;
+  writableLayer: FilesystemUsage | null;
+  swap: SwapUsage | null;
+}
+
+export interface PodSandboxStats {
+  attributes: { id: string; metadata: PodSandboxMetadata | null; labels: Record<string, string>; annotations: Record<string, string> } | null;
+  linux: {
+    cpu: CpuUsage | null;
+    memory: MemoryUsage | null;
+    network: { timestamp: number; defaultInterface: NetworkInterfaceUsage | null; interfaces: NetworkInterfaceUsage[] } | null;
+    process: { timestamp: number; processCount: UInt64Value | null } | null;
+    containers: ContainerStats[];
+  } | null;
+}
+
+export interface NetworkInterfaceUsage {
+  name: string;
+  rxBytes: UInt64Value | null;
+  rxErrors: UInt64Value | null;
+  txBytes: UInt64Value | null;
+  txErrors: UInt64Value | null;
 }

@@ -95,7 +95,7 @@ function isSubpath(p: string, prefix: string): boolean {
  * Subresources to check for a request path, in order (any allowed -> allowed):
  * `/checkpoint/*` -> checkpoint; `/checkpoints` (nodelet's listing) -> checkpoint;
  * `/stats/*` -> stats; `/metrics/*` -> metrics; `/logs/*` -> log; `/healthz` -> healthz
- * then proxy; anything else (including `/pods`) -> proxy.
+ * then proxy; anything else (`/pods`, `/configz`) -> proxy.
  */
 export function subresourcesForPath(rawPath: string): string[] {
   const p = rawPath.split('?')[0] ?? '';

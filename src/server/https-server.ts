@@ -6,8 +6,13 @@
  *   and, when the checkpoint service is given (gate ContainerCheckpoint on and
  *   enableDebuggingHandlers true), `POST /checkpoint/<ns>/<pod>/<container>` and
  *   `GET /checkpoints`. Without them those paths are 404 like any unknown path.
+ *   With `observability` (src/metrics): `GET /metrics`, `/metrics/resource`,
+ *   `/stats/summary`, and with enableDebuggingHandlers `GET /configz` (the kubelet
+ *   installs /configz among its debugging handlers).
  * - `createReadOnlyServer`: plain HTTP for `readOnlyPort`, unauthenticated like the
- *   kubelet's: `GET /healthz` and `GET /pods` only; never a checkpoint.
+ *   kubelet's: what its InstallDefaultHandlers serves: `GET /healthz`, `GET /pods`,
+ *   and with `observability` `/metrics`, `/metrics/resource`, `/stats/summary`; never a
+ *   checkpoint, container logs or /configz.
  *
  * Errors from every route go through errors.ts (one table, a `Status` body). Paths are
  * routed on the raw, undecoded URL path, split on `/`, and never normalized, so the
@@ -34,9 +39,25 @@ import { authorizeRequest, requestAttributes, type Authenticator, type Authorize
 import type { CheckpointService } from '../checkpoint/service.js';
 import type { PodLookup } from '../pods/lookup.js';
 import { logTarget, openLog, parseLogOptions, streamLogs } from './container-logs.js';
+import { isStreamKind, parseStreamRequest, writeFailure, type StreamingService } from './streaming.js';
 import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from './errors.js';
 import { answerClientError, serverLimits } from './http-hardening.js';
 import { parseRequestTarget, type RequestTarget } from './request-target.js';
+import type { StatsSnapshot, Summary } from '../metrics/stats.js';
+
+/** What the metrics and stats routes read (src/metrics builds it; the daemon passes it in). */
+export interface Observability {
+  /** The `/metrics` exposition body. */
+  metrics(): string;
+  /** A stats snapshot (cached, shared by concurrent scrapes); rejects when the runtime cannot be read. */
+  stats(): Promise<StatsSnapshot>;
+  /** The `/metrics/resource` body for a snapshot, or for a failed read (undefined). */
+  resourceMetrics(snap: StatsSnapshot | undefined): string;
+  /** `/configz`: `{"kubeletconfig": ...}`; `origin` adds `origins` (leaf path -> file, `flag` or `default`). Only with enableDebuggingHandlers. */
+  configz?: (origin: boolean) => unknown;
+}
+
+const EXPOSITION = 'text/plain; version=0.0.4; charset=utf-8';
 
 export interface NodeServerOptions {
   address: string;
@@ -58,6 +79,10 @@ export interface NodeServerOptions {
   checkpoints?: CheckpointService;
   /** Given only with enableDebuggingHandlers: `GET /containerLogs/<ns>/<pod>/<container>` reads from here. */
   containerLogs?: { podLogsDir: string };
+  /** /metrics, /metrics/resource, /stats/summary (and /configz when it has `configz`). */
+  observability?: Observability;
+  /** Given only with enableDebuggingHandlers: `/exec`, `/attach`, `/portForward` (upgrades proxied to the runtime) and `/run` (streaming.ts). */
+  streaming?: StreamingService;
   /** How long stop() lets open requests run (default 5000). */
   shutdownTimeoutMs?: number;
   logger?: Logger;
@@ -68,6 +93,8 @@ export interface ReadOnlyServerOptions {
   port: number;
   health: HealthRegistry;
   pods: PodLookup;
+  /** /metrics, /metrics/resource, /stats/summary (never /configz here). */
+  observability?: Observability;
   shutdownTimeoutMs?: number;
   logger?: Logger;
 }
@@ -92,13 +119,66 @@ interface RequestContext {
 }
 
 /** A stream's `write` resolves when the client can take more (backpressure), at once otherwise. */
-type Reply = { status: number; json: unknown } | { status: number; text: string } | { status: number; stream: (write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal) => Promise<void> };
+type Reply = { status: number; json: unknown } | { status: number; text: string; contentType?: string } | { status: number; stream: (write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal) => Promise<void> };
 
 /** Finds the route for the raw path segments (`/a/b` -> ['a','b']). */
 type Router = (segments: string[]) => Route | undefined;
 
 function podList(pods: PodLookup): Reply {
   return { status: 200, json: { kind: 'PodList', apiVersion: 'v1', metadata: {}, items: pods.listPods() } };
+}
+
+/**
+ * The metrics and stats routes, by path (`metrics`, `metrics/resource`, `stats/summary`,
+ * `configz`). `/stats/summary?only_cpu_and_memory=true` leaves out what the kubelet's does.
+ */
+function observabilityRoutes(o: Observability | undefined): Record<string, Route> {
+  if (!o) return {};
+  const routes: Record<string, Route> = {
+    metrics: { methods: ['GET', 'HEAD'], handle: async () => ({ status: 200, text: o.metrics(), contentType: EXPOSITION }) },
+    'metrics/resource': {
+      methods: ['GET', 'HEAD'],
+      async handle() {
+        // A runtime that cannot be read is a scrape with resource_scrape_error 1, as the kubelet's.
+        const snap = await o.stats().catch(() => undefined);
+        return { status: 200, text: o.resourceMetrics(snap), contentType: EXPOSITION };
+      },
+    },
+    'stats/summary': {
+      methods: ['GET'],
+      async handle(ctx) {
+        const snap = await o.stats().catch((err: unknown) => {
+          throw new NodeletError('INTERNAL', `failed to get node info: ${errorMessage(err)}`, {}, { cause: err });
+        });
+        const only = ctx.query.get('only_cpu_and_memory') === 'true';
+        return { status: 200, json: only ? cpuAndMemory(snap.summary) : snap.summary };
+      },
+    },
+  };
+  const configz = o.configz;
+  if (configz) routes.configz = { methods: ['GET'], handle: async (ctx) => ({ status: 200, json: configz(ctx.query.has('origin')) }) };
+  return routes;
+}
+
+function cpuAndMemory(s: Summary): Summary {
+  const { nodeName, startTime, cpu, memory, swap } = s.node;
+  return {
+    node: { nodeName, startTime, ...(cpu ? { cpu } : {}), ...(memory ? { memory } : {}), ...(swap ? { swap } : {}) },
+    pods: s.pods.map((p) => ({
+      podRef: p.podRef,
+      startTime: p.startTime,
+      containers: p.containers.map((c) => ({ name: c.name, startTime: c.startTime, ...(c.cpu ? { cpu: c.cpu } : {}), ...(c.memory ? { memory: c.memory } : {}), ...(c.swap ? { swap: c.swap } : {}) })),
+      ...(p.cpu ? { cpu: p.cpu } : {}),
+      ...(p.memory ? { memory: p.memory } : {}),
+      ...(p.swap ? { swap: p.swap } : {}),
+    })),
+  };
+}
+
+/** Route of the observability paths for raw segments (`['metrics','resource']`), or undefined. */
+function observabilityRoute(routes: Record<string, Route>, segments: string[]): Route | undefined {
+  const key = segments.join('/');
+  return Object.hasOwn(routes, key) ? routes[key] : undefined;
 }
 
 function commonRoutes(health: HealthRegistry, pods: PodLookup): Record<string, Route> {
@@ -116,6 +196,7 @@ function commonRoutes(health: HealthRegistry, pods: PodLookup): Record<string, R
 
 function nodeRouter(o: NodeServerOptions): Router {
   const common = commonRoutes(o.health, o.pods);
+  const obs = observabilityRoutes(o.observability);
   const cp = o.checkpoints;
   const checkpoint: Route | undefined = cp && {
     methods: ['POST'],
@@ -147,10 +228,25 @@ function nodeRouter(o: NodeServerOptions): Router {
       return { status: 200, stream: (write, signal) => streamLogs(fh, target, opts, write, signal) };
     },
   };
+  const st = o.streaming;
+  const streamRoute = (kind: 'exec' | 'attach' | 'portForward' | 'run'): Route | undefined =>
+    st && {
+      methods: kind === 'run' ? ['POST'] : ['GET', 'POST'],
+      async handle(ctx) {
+        const r = parseStreamRequest(kind, ctx.segments.slice(1), ctx.query);
+        // exec, attach, portForward arrive here only without an upgrade (those go to the 'upgrade' listener).
+        if (kind !== 'run') throw new NodeletError('INVALID_ARGUMENT', `Upgrade request required: /${kind} is served as an upgraded (SPDY or WebSocket) connection`, { param: 'Upgrade' });
+        const out = await st.run(r);
+        return { status: 200, stream: async (write) => void (await write(out)) };
+      },
+    };
   return (segments) => {
     const [first, ...rest] = segments;
+    const observed = observabilityRoute(obs, segments);
+    if (observed) return observed;
     if (first === 'checkpoint') return checkpoint;
     if (first === 'containerLogs') return containerLogs;
+    if (isStreamKind(first)) return streamRoute(first);
     if (rest.length > 0) return undefined;
     if (first === 'checkpoints') return checkpoints;
     return first === 'healthz' || first === 'pods' ? common[first] : undefined;
@@ -187,10 +283,10 @@ function send(res: http.ServerResponse, reply: Reply | FailureStatus, headOnly: 
     body = JSON.stringify(reply.json);
     type = 'application/json';
   } else {
-    const r = reply as { status: number; text: string };
+    const r = reply as { status: number; text: string; contentType?: string };
     status = r.status;
     body = r.text;
-    type = 'text/plain; charset=utf-8';
+    type = r.contentType ?? 'text/plain; charset=utf-8';
   }
   res.writeHead(status, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), 'X-Content-Type-Options': 'nosniff', ...extraHeaders });
   res.end(headOnly ? undefined : body);
@@ -333,14 +429,57 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
     },
     makeHandler(nodeRouter(o), log, { authenticator: o.authenticator, authorizer: o.authorizer, nodeName: o.nodeName, x509: !!o.tls.clientCA }),
   );
-  return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+  const st = o.streaming;
+  if (!st) return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+  server.on('upgrade', upgradeHandler(st, log, o));
+  const lc = lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
+  // Sessions are not requests: the server's graceful close would wait for them for hours.
+  return { start: () => lc.start(), stop: () => (st.closeAll(), lc.stop()) };
+}
+
+/**
+ * Upgrade requests (`Connection: Upgrade`): authenticated and authorized as every request,
+ * then `/exec`, `/attach`, `/portForward` are proxied to the runtime (streaming.ts). Any
+ * other path answers 400: nothing else is served upgraded.
+ */
+function upgradeHandler(st: StreamingService, log: Logger, o: NodeServerOptions) {
+  return (req: http.IncomingMessage, socket: import('node:stream').Duplex, head: Buffer): void => {
+    const method = (req.method ?? 'GET').toUpperCase();
+    let rawPath = (req.url ?? '').slice(0, 200);
+    socket.on('error', (err) => log.debug({ err: err.message }, 'upgrade: client connection error'));
+    (async () => {
+      const target = parseRequestTarget(req.url);
+      rawPath = target.rawPath;
+      const creds: Credentials = {
+        ...(o.tls.clientCA ? { peerCertificate: peerCertificate(req) } : {}),
+        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
+      };
+      const user = await o.authenticator.authenticate(creds);
+      await authorizeRequest(o.authorizer, user, requestAttributes(method, rawPath, o.nodeName));
+      const [kind, ...rest] = target.segments;
+      if (!isStreamKind(kind) || kind === 'run') throw new NodeletError('INVALID_ARGUMENT', `${target.segments[0] ? `/${target.segments[0]}` : 'this path'} is not served as an upgraded connection`, { param: 'Upgrade' });
+      if (method !== 'GET' && method !== 'POST') throw new NodeletError('INVALID_ARGUMENT', `method ${method} cannot open a stream (GET or POST)`, { param: 'method' });
+      const url = await st.streamUrl(parseStreamRequest(kind, rest, target.query));
+      log.debug({ method, path: rawPath, user: user.username }, 'streaming session');
+      await st.proxy(req, socket, head, url);
+    })().catch((err: unknown) => {
+      const status = statusFor(err);
+      const fields = { method, path: rawPath, code: status.code, err: errorMessage(err) };
+      if (status.code >= 500) log.warn(fields, 'upgrade request failed');
+      else log.debug(fields, 'upgrade request refused');
+      writeFailure(socket, status.code, status.message, status.reason);
+    });
+  };
 }
 
 /** The read-only HTTP server for `readOnlyPort`: GET /healthz and GET /pods, no authentication, never checkpoints. */
 export function createReadOnlyServer(o: ReadOnlyServerOptions): NodeServer {
   const log = (o.logger ?? silentLogger()).child({ component: 'read-only-server' });
   const common = commonRoutes(o.health, o.pods);
-  const router: Router = (segments) => (segments.length === 1 && (segments[0] === 'healthz' || segments[0] === 'pods') ? common[segments[0]] : undefined);
+  // Never /configz here: the kubelet installs it only among the debugging handlers of the authenticated port.
+  const obs = observabilityRoutes(o.observability && { ...o.observability, configz: undefined });
+  const router: Router = (segments) =>
+    observabilityRoute(obs, segments) ?? (segments.length === 1 && (segments[0] === 'healthz' || segments[0] === 'pods') ? common[segments[0]] : undefined);
   const limits = serverLimits();
   const server = http.createServer(limits, makeHandler(router, log));
   return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);

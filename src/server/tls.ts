@@ -14,12 +14,10 @@
  * no longer names the node's hostname or IPs is regenerated, with a log line saying why.
  * Called once at startup by the composition root.
  */
-import 'reflect-metadata';
 import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
-import * as x509 from '@peculiar/x509';
 import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { FILE_LIMITS, readBoundedText, readFailure } from '../system/safe-file.js';
@@ -107,6 +105,10 @@ export async function loadOrCreateServingCert(o: ServingCertOptions): Promise<Se
 
 /** Generates a self-signed ECDSA P-256 serving certificate valid from `nowMs` for one year. */
 export async function generateSelfSigned(hostname: string, sans: { dns: string[]; ips: string[] }, nowMs: number): Promise<{ cert: string; key: string }> {
+  // Loaded only here: @peculiar/x509 with reflect-metadata holds ~20 MB of RSS, and only the
+  // run that generates a certificate needs it (bench/footprint.ts, bench/startup.ts).
+  await import('reflect-metadata');
+  const x509 = await import('@peculiar/x509');
   const subtle = crypto.webcrypto.subtle;
   const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
   const keys = (await subtle.generateKey(alg, true, ['sign', 'verify'])) as crypto.webcrypto.CryptoKeyPair;

@@ -22,6 +22,8 @@ import { columnsFor } from './columns.js';
 import { nodeLifecycle } from './lifecycle.js';
 import { PatchError, applyJsonPatch, applyMergePatch, applyStrategicMergePatch } from './patch.js';
 import { Pki } from './pki.js';
+import { NODE_PROXY_PATH, proxyToNode, setNodeProxyPki } from './node-proxy.js';
+import { POD_SUBRESOURCE_PATH, closePodSubresourceSessions, podSubresource, setPodSubresourcesPki, upgradePodSubresource } from './pod-subresources.js';
 import { RESOURCES, apiVersionOf, findResource, type ResourceDef } from './resources.js';
 import { SelectorError, matchFields, matchLabels, parseFieldSelector, parseLabelSelector, type Requirement } from './selectors.js';
 import { ApplyConflictError, ApplyInvalidError, applyObject, recordUpdate } from './ssa/index.js';
@@ -331,6 +333,8 @@ class Server {
       const gv = /^\/apis\/([^/]+)\/([^/]+)$/.exec(p);
       if (gv) return simple(apiResourceList(gv[1]!, gv[2]!));
     }
+    if (NODE_PROXY_PATH.test(u.pathname)) return proxyToNode(req, res, u, this.store);
+    if (POD_SUBRESOURCE_PATH.test(u.pathname)) return podSubresource(req, res, u, this.store);
     const target = this.parsePath(p);
     if (!target) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     await this.dispatch(req, res, u, target, method, caller);
@@ -1123,6 +1127,8 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   const pkiDir = opts.pkiDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-cp-'));
   const pki = new Pki(pkiDir);
   const server = new Server(opts);
+  setNodeProxyPki(server.store, pki);
+  setPodSubresourcesPki(server.store, pki);
   const ca = fs.readFileSync(pki.caFile);
   const httpsServer = https.createServer(
     { key: fs.readFileSync(pki.serverKeyFile), cert: fs.readFileSync(pki.serverCertFile), ca, requestCert: true, rejectUnauthorized: false },
@@ -1130,6 +1136,7 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
       void server.handle(req, res);
     },
   );
+  httpsServer.on('upgrade', (req, socket, head) => upgradePodSubresource(req, socket, head, server.store, (r) => server['authenticate'](r) !== undefined));
   const host = opts.host ?? '127.0.0.1';
   await new Promise<void>((resolve, reject) => {
     httpsServer.once('error', reject);
@@ -1167,6 +1174,7 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
     async close() {
       if (lifecycleTimer) clearInterval(lifecycleTimer);
       server.dropWatches();
+      closePodSubresourceSessions(server.store);
       await new Promise<void>((resolve) => {
         httpsServer.close(() => resolve());
         httpsServer.closeAllConnections();

@@ -22,7 +22,8 @@
  * Test controls: `failWith` (error per method, optionally N times), `setLatency` (per
  * method), `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
  * and restarted runtime on the same socket), `calls` (every request, in order).
- * CheckpointContainer writes a real tar archive (tar-stream) at `location`.
+ * CheckpointContainer writes a real tar archive (tar-stream) at `location`, or what
+ * `checkpointArchive` says (truncated, empty, garbage, none).
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -147,6 +148,13 @@ export class FakeRuntime {
   ];
   /** Delay before CheckpointContainer writes its archive and answers. */
   checkpointDelayMs = 0;
+  /**
+   * What CheckpointContainer leaves at `location` while answering OK: `whole` (default, a
+   * real tar archive), `truncated` (that archive cut in the middle of a member, as a
+   * runtime that died or ran out of disk while writing), `empty` (a zero-byte file),
+   * `garbage` (bytes that are no tar) or `none` (nothing at all).
+   */
+  checkpointArchive: 'whole' | 'truncated' | 'empty' | 'garbage' | 'none' = 'whole';
   /** What ExecSync answers for a container name and command (undefined: the scripted default). */
   execResult: ((container: string, cmd: string[]) => { exitCode: number; stdout?: string } | undefined) | undefined;
   version = { version: '0.1.0', runtimeName: 'fake-cri', runtimeVersion: '1.0.0', runtimeApiVersion: 'v1' };
@@ -528,6 +536,40 @@ export class FakeRuntime {
     return { containers };
   }
 
+  // ---- stats (metrics work): synthetic but moving usage, as a runtime reports it.
+
+  /** Usage of a running container: 10 ms of CPU per second since its start, a fixed 1 MiB working set. */
+  #containerStats(c: FakeContainer, now: number) {
+    const ran = c.startedAt ? Math.max(0, now - c.startedAt) : 0;
+    return {
+      attributes: { id: c.id, metadata: c.config.metadata, labels: c.config.labels ?? {}, annotations: c.config.annotations ?? {} },
+      cpu: { timestamp: now, usageCoreNanoSeconds: { value: Math.round(ran / 100) }, usageNanoCores: { value: 10_000_000 } },
+      memory: { timestamp: now, workingSetBytes: { value: 1_048_576 }, usageBytes: { value: 1_048_576 }, rssBytes: { value: 524_288 } },
+      writableLayer: { timestamp: now, fsId: { mountpoint: '/' }, usedBytes: { value: 4096 }, inodesUsed: { value: 1 } },
+    };
+  }
+
+  rpcListContainerStats() {
+    const now = nowNanos();
+    return { stats: [...this.containers.values()].map((c) => this.#containerStats(c, now)) };
+  }
+
+  rpcListPodSandboxStats() {
+    const now = nowNanos();
+    return {
+      stats: [...this.sandboxes.values()]
+        .filter((s) => s.state === 'SANDBOX_READY')
+        .map((s) => {
+          const cs = [...this.containers.values()].filter((c) => c.sandboxId === s.id && c.state === 'CONTAINER_RUNNING').map((c) => this.#containerStats(c, now));
+          const cpu = cs.reduce((a, c) => a + c.cpu.usageCoreNanoSeconds.value, 0);
+          return {
+            attributes: { id: s.id, metadata: s.config.metadata, labels: s.config.labels ?? {}, annotations: s.config.annotations ?? {} },
+            linux: { cpu: { timestamp: now, usageCoreNanoSeconds: { value: cpu } }, memory: { timestamp: now, workingSetBytes: { value: 1_048_576 * (cs.length + 1) } }, containers: cs },
+          };
+        }),
+    };
+  }
+
   rpcContainerStatus(req: Record<string, unknown>) {
     const c = this.#container(String(req.containerId));
     const s = this.sandboxes.get(c.sandboxId);
@@ -582,7 +624,10 @@ export class FakeRuntime {
     if (this.checkpointDelayMs > 0) await new Promise((r) => setTimeout(r, this.checkpointDelayMs));
     // A client that gave up gets no archive, as a runtime cancels on the context.
     if (isCancelled()) throw grpcError(grpc.status.CANCELLED, 'context canceled');
-    await writeCheckpointArchive(location, c);
+    if (this.checkpointArchive === 'none') return {};
+    if (this.checkpointArchive === 'empty') await fsp.writeFile(location, '', { mode: 0o600 });
+    else if (this.checkpointArchive === 'garbage') await fsp.writeFile(location, crypto.randomBytes(4096).fill(0x41, 0, 512), { mode: 0o600 });
+    else await writeCheckpointArchive(location, c, this.checkpointArchive === 'truncated');
     return {};
   }
 
@@ -641,11 +686,13 @@ const RUNTIME_METHODS = [
   'ContainerStatus',
   'ExecSync',
   'CheckpointContainer',
+  'ListContainerStats',
+  'ListPodSandboxStats',
 ] as const;
 const IMAGE_METHODS = ['ListImages', 'ImageStatus', 'PullImage', 'RemoveImage'] as const;
 
 /** Writes a small but real checkpoint archive (CRI-O's layout) at `location`, atomically. */
-async function writeCheckpointArchive(location: string, c: FakeContainer): Promise<void> {
+async function writeCheckpointArchive(location: string, c: FakeContainer, truncated = false): Promise<void> {
   const pack = tar.pack();
   const entries: [string, Buffer][] = [
     ['config.dump', Buffer.from(JSON.stringify({ id: c.id, name: c.config.metadata.name, rootfsImageRef: c.imageRef, createdTime: new Date(c.createdAt / NANOS_PER_MS).toISOString() }))],
@@ -665,6 +712,8 @@ async function writeCheckpointArchive(location: string, c: FakeContainer): Promi
   }
   pack.finalize();
   await done;
+  // Cut half-way into checkpoint/pages-1.img (after three headers and two small members).
+  if (truncated) await fsp.truncate(tmp, (await fsp.stat(tmp)).size - 1024 - 512 - 512 - 32 * 1024);
   await fsp.rename(tmp, location);
 }
 

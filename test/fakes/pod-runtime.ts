@@ -3,7 +3,8 @@
  * the same contract as the CRI adapter: sandboxes and containers keyed by ID, the kubelet's
  * restart counts and hashes, stops that make running containers exit 137. Records every
  * call in `calls`; tests inject failures (`failStart`, `failSandbox`, `failStopSandbox`),
- * hold pulls open (`pulls`) and end containers (`exit`). The port's contract suite
+ * hold pulls open (`pulls`) and end containers (`exit`); `nodeName` and a sandbox's `node`
+ * play the adapter's `io.kubernetes.nodelet.node` mark. The port's contract suite
  * (test/integration/runtime/pod-runtime-contract.test.ts) runs the same cases against this
  * fake and the CRI adapter on containerd.
  */
@@ -15,7 +16,9 @@ import { containerHash } from '../../src/pods/plan.js';
 import type { PodRuntime, StartSpec } from '../../src/pods/runtime-port.js';
 
 export class MemRuntime implements PodRuntime {
-  sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string }>();
+  sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string; node?: string }>();
+  /** As the adapter's nodeName: sandboxes it runs are marked with it, and pods marked with another name are `foreign`. */
+  nodeName: string | undefined;
   containers = new Map<string, ObservedContainer & { uid: string; grace: number }>();
   calls: string[] = [];
   failStart = new Map<string, NodeletError>();
@@ -37,6 +40,7 @@ export class MemRuntime implements PodRuntime {
       containers: cs.map(({ uid: _u, grace: _g, ...c }) => c),
       // The containers carry the pod's grace period (the adapter's terminationGracePeriod annotation).
       ...(cs.length ? { gracePeriodSeconds: cs[0]!.grace } : {}),
+      ...(sbs[0]?.node ? { node: sbs[0].node, ...(this.nodeName && sbs[0].node !== this.nodeName ? { foreign: true } : {}) } : {}),
     };
   }
   failSandbox: NodeletError | undefined;
@@ -45,7 +49,7 @@ export class MemRuntime implements PodRuntime {
     this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
     if (this.failSandbox) throw this.failSandbox;
     this.leftovers.add(pod.metadata!.uid!);
-    this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace! });
+    this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace!, ...(this.nodeName ? { node: this.nodeName } : {}) });
     return id;
   }
   /** When set, StopPodSandbox fails with it (a runtime that cannot stop a sandbox). */

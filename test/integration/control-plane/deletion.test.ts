@@ -2,15 +2,10 @@ import zlib from 'node:zlib';
 import YAML from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { TOKEN, pod, request, watch } from './helpers.js';
+import { TOKEN, pod, request, watch, namespaces } from './helpers.js';
 
 let cp: ControlPlane;
-let n = 0;
-async function freshNs(): Promise<string> {
-  const name = `d${++n}`;
-  await request(cp, 'POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
-  return name;
-}
+const freshNs = namespaces(() => cp, 'd');
 beforeAll(async () => {
   cp = await startControlPlane({ nodeLifecycleIntervalMs: 0 });
   cp.addToken(TOKEN, 'admin', ['g1']);

@@ -126,3 +126,13 @@ export function watch(cp: ControlPlane, path: string, headers: Record<string, st
 export function pod(name: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { apiVersion: 'v1', kind: 'Pod', metadata: { name, ...((extra['metadata'] as object) ?? {}) }, spec: { containers: [{ name: 'c', image: 'busybox' }], ...((extra['spec'] as object) ?? {}) } };
 }
+
+/** Makes fresh namespaces `<prefix>1`, `<prefix>2`, ... on the control plane `cp()` returns (so tests never share one). */
+export function namespaces(cp: () => ControlPlane, prefix: string): () => Promise<string> {
+  let n = 0;
+  return async () => {
+    const name = `${prefix}${++n}`;
+    await request(cp(), 'POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
+    return name;
+  };
+}

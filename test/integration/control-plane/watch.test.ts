@@ -1,14 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { TOKEN, pod, request, watch } from './helpers.js';
+import { TOKEN, pod, request, watch, namespaces } from './helpers.js';
 
 let cp: ControlPlane;
-let n = 0;
-async function freshNs(): Promise<string> {
-  const name = `w${++n}`;
-  await request(cp, 'POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
-  return name;
-}
+const freshNs = namespaces(() => cp, 'w');
 beforeAll(async () => {
   cp = await startControlPlane({ nodeLifecycleIntervalMs: 0, bookmarkIntervalMs: 50 });
   cp.addToken(TOKEN, 'admin');

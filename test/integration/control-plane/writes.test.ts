@@ -1,14 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { TOKEN, pod, request } from './helpers.js';
+import { TOKEN, pod, request, namespaces } from './helpers.js';
 
 let cp: ControlPlane;
-let n = 0;
-async function freshNs(): Promise<string> {
-  const name = `wr${++n}`;
-  await request(cp, 'POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
-  return name;
-}
+const freshNs = namespaces(() => cp, 'wr');
 const APPLY = 'application/apply-patch+yaml';
 beforeAll(async () => {
   cp = await startControlPlane({ nodeLifecycleIntervalMs: 0 });

@@ -23,7 +23,7 @@ beforeAll(async () => {
   cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${NODE_NAME}`, groups: ['system:nodes'] });
   cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
   api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
-  node = await startPodNode({ kubeconfig: path.join(dir, 'kubelet.kubeconfig') });
+  node = await startPodNode({ kubeconfig: path.join(dir, 'kubelet.kubeconfig'), containerdDir: '/var/lib/nodelet-dev/containerd-connected' });
 });
 
 afterAll(async () => {

@@ -7,16 +7,19 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureContainerd, stopContainerd } from '../../helpers/containerd.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { busyboxPod, PODS_CONTAINERD_DIR, runtimePods, startPodNode, type PodNode } from './harness.js';
+import { busyboxPod, runtimePods, startPodNode, type PodNode } from './harness.js';
+
+/** A containerd of its own: this file stops and starts it, and may run beside other files. */
+const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-restarts';
 
 let node: PodNode;
 
 beforeAll(async () => {
-  node = await startPodNode();
+  node = await startPodNode({ containerdDir: CONTAINERD_DIR });
 });
 
 afterAll(async () => {
-  await ensureContainerd({ dir: PODS_CONTAINERD_DIR });
+  await ensureContainerd({ dir: CONTAINERD_DIR });
   await node?.close();
 });
 
@@ -79,7 +82,7 @@ describe('stateless restarts', () => {
     const pid = node.nodelet.pid;
     const mark = node.nodelet.records.length;
 
-    await stopContainerd({ dir: PODS_CONTAINERD_DIR });
+    await stopContainerd({ dir: CONTAINERD_DIR });
     const down = await node.nodelet.waitFor((r) => node.nodelet.records.indexOf(r) >= mark && /container runtime .* is not ready/.test(r.msg), 20_000);
     expect(down.level).toBe('warn');
     expect(down.reason).toBe('ContainerRuntimeDown');
@@ -89,7 +92,7 @@ describe('stateless restarts', () => {
     expect(node.nodelet.child.exitCode).toBeNull();
 
     const mark2 = node.nodelet.records.length;
-    await ensureContainerd({ dir: PODS_CONTAINERD_DIR });
+    await ensureContainerd({ dir: CONTAINERD_DIR });
     await node.nodelet.waitFor((r) => node.nodelet.records.indexOf(r) >= mark2 && /container runtime .* is ready/.test(r.msg), 30_000);
     expect(node.nodelet.pid).toBe(pid);
     // The pod's container survived in its shim and is adopted, not recreated.

@@ -423,3 +423,38 @@ describe('PodManager housekeeping', () => {
     expect(rt.calls).toContain('cleanupPod later');
   });
 });
+
+describe('PodManager: one agent per runtime', () => {
+  it('never removes runtime pods marked with another node\'s name, warns once per pod with a Warning event on the Node, and removes unmarked (a kubelet\'s) pods nobody wants', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    rt.nodeName = 'n1';
+    const lines: { level: string; msg: string; uid?: string }[] = [];
+    const logger = createLogger({ journal: false, level: 'info', destination: { write: (l: string) => void lines.push(JSON.parse(l)) } });
+    const events: { ref: string; type: string; reason: string; message: string }[] = [];
+    const m = new PodManager({ runtime: rt, logger, clock, nodeName: 'n1', events: { emit: (ref, type, reason, message) => void events.push({ ref: `${ref.kind}/${ref.name}`, type, reason, message }) } });
+    // What the runtime holds before this agent starts: another node's agent's pod, a kubelet's (unmarked) pod, and one of ours from before a restart.
+    const sandbox = (id: string, uid: string, node?: string) =>
+      rt.sandboxes.set(id, { id, attempt: 0, ready: true, createdAt: 0, uid, name: `web-${uid}`, namespace: 'default', ...(node ? { node } : {}) });
+    sandbox('sx', 'other', 'n2');
+    sandbox('sk', 'kubelets');
+    sandbox('so', 'ours-old', 'n1');
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1')]);
+    for (let i = 0; i < 5; i++) {
+      await m.syncOnce();
+      clock.t += 1000;
+    }
+    // Ours runs, marked with our name; the unmarked and our unwanted pods are removed; the other node's pod stays untouched.
+    expect([...rt.sandboxes.values()].map((s) => [s.uid, s.node]).sort()).toEqual([['other', 'n2'], ['u1', 'n1']]);
+    expect(rt.calls.filter((c) => c.includes('sx'))).toEqual([]);
+    const warned = lines.filter((l) => l.level === 'warn');
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({ uid: 'other', msg: expect.stringContaining('was created by the agent of node "n2"') });
+    expect(events.filter((e) => e.type === 'Warning')).toEqual([{ ref: 'Node/n1', type: 'Warning', reason: 'ForeignRuntimePod', message: warned[0]!.msg }]);
+    // Even when a source asks for a pod with that UID to go (deleted), the other agent's pod is not ours to remove.
+    m.setDesired([mkPod('u1'), { ...mkPod('other'), metadata: { ...mkPod('other').metadata, deletionTimestamp: '2026-01-01T00:00:00Z', deletionGracePeriodSeconds: 0 } }]);
+    await m.syncOnce();
+    expect(rt.sandboxes.has('sx')).toBe(true);
+  });
+});

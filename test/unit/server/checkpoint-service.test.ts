@@ -176,6 +176,30 @@ describe('CheckpointService.checkpoint', () => {
     expect(await fsp.readdir(cpDir())).toEqual([]);
   });
 
+  it('reads the archive to its end: truncated in a member, cut at a member boundary, or empty is 500 with the reason, and removed', async () => {
+    const s = svc();
+    const whole = path.join(root, 'whole.tar');
+    await writeTar(whole, [['config.dump', '{}'], ['pages-1.img', Buffer.alloc(200_000, 7)], ['inventory.img', 'inv']]);
+    const bytes = await fsp.readFile(whole);
+    const cases: [string, Buffer, string][] = [
+      // The first headers are fine; the cut is 100 KB into pages-1.img.
+      ['cut inside a member', bytes.subarray(0, 100_000), 'truncated: the archive ends inside a member or block'],
+      // 512 (header) + 512 (config.dump) + 512 (header) + 200,192 (pages): a cut on a block boundary, before the next member.
+      ['cut at a member boundary', bytes.subarray(0, 1536 + 200_192), 'truncated: no end-of-archive marker'],
+      ['cut inside the end marker', bytes.subarray(0, bytes.length - 100), 'truncated: the archive ends inside a member or block'],
+      ['empty', Buffer.alloc(0), 'empty file'],
+    ];
+    for (const [, data, reason] of cases) {
+      rt.behave = async (r) => fsp.writeFile(r.location, data);
+      await expect(s.checkpoint(req('default', 'web-0', 'app'))).rejects.toMatchObject({ code: 'INTERNAL', message: expect.stringContaining(reason) });
+      expect(await fsp.readdir(cpDir())).toEqual([]);
+    }
+    // The same archive whole is answered and kept.
+    rt.behave = async (r) => fsp.writeFile(r.location, bytes);
+    const got = await s.checkpoint(req('default', 'web-0', 'app'));
+    expect(fs.readFileSync(got.items[0]!)).toEqual(bytes);
+  });
+
   it('never overwrites: same-second checkpoints get -1, -2, and an existing file is skipped', async () => {
     const s = svc();
     await fsp.mkdir(cpDir(), { mode: 0o700 });

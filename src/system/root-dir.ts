@@ -1,0 +1,339 @@
+/**
+ * The root dir (`--root-dir`, /var/lib/kubelet) as other node software expects to find it:
+ * the kubelet's directories with its modes, the device manager's checkpoint in its JSON
+ * shape and checksum, and the image pull records. Device plugins, CSI drivers, monitoring
+ * agents and `crictl`-era tooling read these paths; nodelet keeps them as the kubelet does.
+ *
+ * - ensureRootDirLayout(): called once at start, after the lock. Creates what is missing
+ *   (idempotent); `checkpoints/` is tightened to 0700 if looser (its archives hold memory).
+ * - writeFileAtomic(): every file nodelet writes here goes through it (temp file in the same
+ *   directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new
+ *   content, never a torn one.
+ * - A corrupt file found at start is logged and rebuilt, never fatal.
+ *
+ * Reserved, never created: `device-plugins/kubelet.sock` (the registration socket a
+ * device plugin dials: nodelet serves no device-plugin registration, so nothing answers
+ * there; a plugin sees the same as with a kubelet that has not started its device manager).
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { errorMessage } from '../errors.js';
+import type { Logger } from '../log.js';
+import { readBoundedText } from './safe-file.js';
+
+/** The kubelet's directories under the root dir, with the modes it creates them with. */
+export const ROOT_DIR_LAYOUT: ReadonlyArray<{ dir: string; mode: number; enforce?: boolean }> = [
+  { dir: 'pods', mode: 0o750 },
+  { dir: 'plugins', mode: 0o750 },
+  { dir: 'plugins_registry', mode: 0o750 },
+  { dir: 'pod-resources', mode: 0o750 },
+  // Checkpoint archives hold every memory page of a container, secrets included.
+  { dir: 'checkpoints', mode: 0o700, enforce: true },
+  // The device manager's checkpoint directory (checkpointmanager's file store: 0755).
+  { dir: 'device-plugins', mode: 0o755 },
+  { dir: 'seccomp', mode: 0o755 },
+  { dir: 'pki', mode: 0o755 },
+  // Pull records name images and credential hashes: root only.
+  { dir: 'image_manager', mode: 0o700 },
+  { dir: 'image_manager/pulling', mode: 0o700 },
+  { dir: 'image_manager/pulled', mode: 0o700 },
+];
+
+export const DEVICE_CHECKPOINT_FILE = 'device-plugins/kubelet_internal_checkpoint';
+/** Reserved for the device plugin registration server; never created by nodelet. */
+export const DEVICE_PLUGIN_SOCKET = 'device-plugins/kubelet.sock';
+const CHECKPOINT_MAX_BYTES = 16 * 1024 * 1024;
+const RECORD_MAX_BYTES = 1024 * 1024;
+
+/**
+ * Writes `data` to `file` so that readers see the old or the new content, never a part:
+ * a temp file in the same directory (O_EXCL, `mode`), fsync, rename over `file`, fsync of the
+ * directory. The temp file is removed on failure.
+ */
+export async function writeFileAtomic(file: string, data: string | Uint8Array, mode = 0o600): Promise<void> {
+  const dir = path.dirname(file);
+  const tmp = path.join(dir, `.${path.basename(file)}.tmp-${process.pid}-${crypto.randomBytes(4).toString('hex')}`);
+  const h = await fs.open(tmp, 'wx', mode);
+  try {
+    try {
+      await h.writeFile(data);
+      await h.chmod(mode);
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+    await fs.rename(tmp, file);
+  } catch (err) {
+    await fs.rm(tmp, { force: true });
+    throw err;
+  }
+  const d = await fs.open(dir, 'r');
+  try {
+    await d.sync();
+  } finally {
+    await d.close();
+  }
+}
+
+/** Creates the layout (missing directories only; `enforce` ones are tightened). Idempotent. */
+export async function ensureRootDirLayout(rootDir: string): Promise<void> {
+  await fs.mkdir(rootDir, { recursive: true, mode: 0o750 });
+  for (const { dir, mode, enforce } of ROOT_DIR_LAYOUT) {
+    const p = path.join(rootDir, dir);
+    await fs.mkdir(p, { recursive: true, mode });
+    if (enforce) {
+      const st = await fs.lstat(p);
+      if ((st.mode & 0o777) !== mode) await fs.chmod(p, mode);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ device manager checkpoint
+
+/** One device assignment, as the device manager's PodDevicesEntry (DevicesPerNUMA: NUMA node -> device IDs). */
+export interface PodDevicesEntry {
+  PodUID: string;
+  ContainerName: string;
+  ResourceName: string;
+  DeviceIDs: Record<string, string[] | null> | null;
+  /** base64 of the plugin's AllocateResponse (Go []byte); null when none. */
+  AllocResp: string | null;
+}
+
+export interface DeviceCheckpointData {
+  PodDeviceEntries: PodDevicesEntry[] | null;
+  /** null: a Go nil map (JSON null), hashed differently from an empty one. */
+  RegisteredDevices: Record<string, string[] | null> | null;
+}
+
+/** FNV-1a, 32 bits, over UTF-8 bytes (Go's hash/fnv New32a). */
+export function fnv1a32(text: string): number {
+  let h = 0x811c9dc5;
+  for (const b of Buffer.from(text, 'utf8')) {
+    h ^= b;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+
+const strList = (l: readonly string[] | null | undefined): string => (l == null ? '<nil>' : `[${l.join(' ')}]`);
+
+/**
+ * The text the kubelet's checkpointmanager hashes: go-spew's `%#v` of the device manager's
+ * `checkpoint.checkpointData` (DeepHashObject: SortKeys, DisableMethods, SpewKeys). Types
+ * are printed for the top value and struct fields, not for slice and map elements; map keys
+ * sorted (NUMA ids numerically); nil slices and maps are `<nil>`; []byte is its bytes in decimal.
+ */
+export function spewCheckpointData(d: DeviceCheckpointData): string {
+  const entries =
+    d.PodDeviceEntries === null
+      ? '<nil>'
+      : `[${d.PodDeviceEntries.map((e) => {
+          const ids = e.DeviceIDs;
+          const numa = Object.keys(ids ?? {})
+            .map(Number)
+            .sort((a, b) => a - b);
+          const devs = ids == null ? '<nil>' : `map[${numa.map((n) => `${n}:${strList(ids[String(n)])}`).join(' ')}]`;
+          const alloc = e.AllocResp == null ? '<nil>' : `[${[...Buffer.from(e.AllocResp, 'base64')].join(' ')}]`;
+          return `{PodUID:(string)${e.PodUID} ContainerName:(string)${e.ContainerName} ResourceName:(string)${e.ResourceName} DeviceIDs:(checkpoint.DevicesPerNUMA)${devs} AllocResp:([]uint8)${alloc}}`;
+        }).join(' ')}]`;
+  const reg = d.RegisteredDevices;
+  const keys = Object.keys(reg ?? {}).sort();
+  const registered = reg == null ? '<nil>' : `map[${keys.map((k) => `${k}:${strList(reg[k])}`).join(' ')}]`;
+  return `(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)${entries} RegisteredDevices:(map[string][]string)${registered}}`;
+}
+
+/** The checkpointmanager's checksum of the device manager's data (checksum.New(cp.Data)). */
+export function deviceCheckpointChecksum(d: DeviceCheckpointData): number {
+  return fnv1a32(spewCheckpointData(d));
+}
+
+/** The file's JSON, as MarshalCheckpoint writes it. */
+export function encodeDeviceCheckpoint(d: DeviceCheckpointData): string {
+  return JSON.stringify({ Data: { PodDeviceEntries: d.PodDeviceEntries, RegisteredDevices: d.RegisteredDevices }, Checksum: deviceCheckpointChecksum(d) });
+}
+
+const isStrList = (v: unknown): boolean => v === null || (Array.isArray(v) && v.every((s) => typeof s === 'string'));
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Parses and verifies a checkpoint file's text; throws naming what is wrong. */
+export function decodeDeviceCheckpoint(text: string): DeviceCheckpointData {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`not JSON: ${errorMessage(err)}`);
+  }
+  if (!isObj(doc) || !isObj(doc.Data)) throw new Error('no Data object');
+  const { PodDeviceEntries: entries, RegisteredDevices: registered } = doc.Data;
+  if (!(entries === null || entries === undefined || Array.isArray(entries))) throw new Error('Data.PodDeviceEntries is not a list');
+  if (!(registered === null || registered === undefined || isObj(registered)) || (isObj(registered) && !Object.values(registered).every(isStrList))) {
+    throw new Error('Data.RegisteredDevices is not a map of device lists');
+  }
+  for (const [i, e] of (entries ?? []).entries()) {
+    if (!isObj(e) || !['PodUID', 'ContainerName', 'ResourceName'].every((k) => typeof e[k] === 'string') || !(e.DeviceIDs === null || (isObj(e.DeviceIDs) && Object.values(e.DeviceIDs).every(isStrList))) || !(e.AllocResp == null || typeof e.AllocResp === 'string')) {
+      throw new Error(`Data.PodDeviceEntries[${i}] is not a device entry`);
+    }
+  }
+  const data: DeviceCheckpointData = {
+    // Go decodes an absent or null field as nil: spew prints <nil> for it.
+    PodDeviceEntries: entries == null ? null : (entries as PodDevicesEntry[]).map((e) => ({ ...e, DeviceIDs: e.DeviceIDs ?? null, AllocResp: e.AllocResp ?? null })),
+    RegisteredDevices: (registered as Record<string, string[] | null> | null | undefined) ?? null,
+  };
+  if (typeof doc.Checksum !== 'number') throw new Error('no Checksum');
+  const want = deviceCheckpointChecksum(data);
+  if (doc.Checksum !== want) throw new Error(`checksum mismatch: the file says ${doc.Checksum}, its data hash to ${want}`);
+  return data;
+}
+
+/**
+ * At start: keeps a valid `device-plugins/kubelet_internal_checkpoint` as it is (another
+ * kubelet's device assignments stay readable to the tools that read them); writes an empty
+ * one where there is none; a corrupt one is logged and rebuilt empty (as the device manager
+ * does after "failed to read checkpoint"). Never throws for the file's content.
+ */
+export async function ensureDeviceCheckpoint(rootDir: string, log: Logger): Promise<'kept' | 'created' | 'rebuilt'> {
+  const file = path.join(rootDir, DEVICE_CHECKPOINT_FILE);
+  const empty = encodeDeviceCheckpoint({ PodDeviceEntries: null, RegisteredDevices: {} });
+  let text: string;
+  try {
+    text = await readBoundedText(file, { what: 'device manager checkpoint', maxBytes: CHECKPOINT_MAX_BYTES, noFollow: true });
+  } catch (err) {
+    if ((err as { code?: string }).code === 'NOT_FOUND') {
+      await writeFileAtomic(file, empty, 0o600);
+      return 'created';
+    }
+    log.warn({ file, err: errorMessage(err) }, `device manager checkpoint ${file} cannot be read (${errorMessage(err)}); rebuilding it empty`);
+    await fs.rm(file, { force: true, recursive: false }).catch(() => {});
+    await writeFileAtomic(file, empty, 0o600);
+    return 'rebuilt';
+  }
+  try {
+    decodeDeviceCheckpoint(text);
+    return 'kept';
+  } catch (err) {
+    log.warn({ file, err: errorMessage(err) }, `device manager checkpoint ${file} is corrupt (${errorMessage(err)}); rebuilding it empty`);
+    await writeFileAtomic(file, empty, 0o600);
+    return 'rebuilt';
+  }
+}
+
+// ------------------------------------------------------------------ image pull records
+
+const RECORDS_API_VERSION = 'kubelet.config.k8s.io/v1alpha1';
+
+/** `sha256-<hex of sha256(key)>`: the record's file name (the pull manager's). */
+export function recordFileName(key: string): string {
+  return `sha256-${crypto.createHash('sha256').update(key).digest('hex')}`;
+}
+
+/** The image's repository without tag or digest: the key of its credential mapping. */
+export function imageRepository(image: string): string {
+  const at = image.indexOf('@');
+  const noDigest = at >= 0 ? image.slice(0, at) : image;
+  const slash = noDigest.lastIndexOf('/');
+  const colon = noDigest.lastIndexOf(':');
+  return colon > slash ? noDigest.slice(0, colon) : noDigest;
+}
+
+/**
+ * The pull manager's records (KEP-2535), in its file format: `image_manager/pulling/<name>`
+ * (ImagePullIntent: the image a pull was started for) before a pull, and
+ * `image_manager/pulled/<name of the image ref>` (ImagePulledRecord: time, image ref and the
+ * credentials' identity) after it, the intent removed. nodelet pulls with no credentials
+ * (no pull secrets), so the mapping says `nodePodsAccessible`; a secret is never written.
+ * An intent still there at start is a pull a crash interrupted.
+ */
+export class ImagePullRecords {
+  readonly #dir: string;
+  readonly #log: Logger;
+  readonly #now: () => Date;
+
+  constructor(rootDir: string, log: Logger, now: () => Date = () => new Date()) {
+    this.#dir = path.join(rootDir, 'image_manager');
+    this.#log = log;
+    this.#now = now;
+  }
+
+  /** Before PullImage. Best effort: a record that cannot be written is logged, never fails the pull. */
+  async pulling(image: string): Promise<void> {
+    await this.#write(path.join(this.#dir, 'pulling', recordFileName(image)), { kind: 'ImagePullIntent', apiVersion: RECORDS_API_VERSION, image });
+  }
+
+  /** After PullImage returned `imageRef`: the pulled record, then the intent goes. */
+  async pulled(image: string, imageRef: string): Promise<void> {
+    const ref = imageRef || image;
+    await this.#write(path.join(this.#dir, 'pulled', recordFileName(ref)), {
+      kind: 'ImagePulledRecord',
+      apiVersion: RECORDS_API_VERSION,
+      lastUpdatedTime: this.#now().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      imageRef: ref,
+      credentialMapping: { [imageRepository(image)]: { nodePodsAccessible: true } },
+    });
+    await this.failed(image);
+  }
+
+  /** The pull failed: the intent goes (the kubelet keeps it until a pull succeeds; nodelet retries through its workers). */
+  async failed(image: string): Promise<void> {
+    await fs.rm(path.join(this.#dir, 'pulling', recordFileName(image)), { force: true }).catch((err) => this.#log.warn({ image, err: errorMessage(err) }, 'cannot remove an image pull intent'));
+  }
+
+  async #write(file: string, doc: object): Promise<void> {
+    try {
+      await writeFileAtomic(file, JSON.stringify(doc), 0o600);
+    } catch (err) {
+      this.#log.warn({ file, err: errorMessage(err) }, `cannot write image pull record ${file}: ${errorMessage(err)}`);
+    }
+  }
+
+  /**
+   * At start: every intent left (a pull a crash interrupted) is logged with its image and
+   * removed (the pod's worker pulls again); a corrupt record is logged and removed.
+   * Returns the images of interrupted pulls.
+   */
+  async recover(): Promise<string[]> {
+    const interrupted: string[] = [];
+    for (const sub of ['pulling', 'pulled'] as const) {
+      const dir = path.join(this.#dir, sub);
+      let names: string[];
+      try {
+        names = await fs.readdir(dir);
+      } catch {
+        continue;
+      }
+      for (const name of names) {
+        const file = path.join(dir, name);
+        if (name.startsWith('.')) {
+          // A temp file of a write a crash cut short.
+          await fs.rm(file, { force: true });
+          continue;
+        }
+        let doc: Record<string, unknown> | undefined;
+        try {
+          const parsed: unknown = JSON.parse(await readBoundedText(file, { what: 'image pull record', maxBytes: RECORD_MAX_BYTES, noFollow: true }));
+          doc = isObj(parsed) ? parsed : undefined;
+        } catch {
+          doc = undefined;
+        }
+        const valid = doc !== undefined && (sub === 'pulling' ? doc.kind === 'ImagePullIntent' && typeof doc.image === 'string' : doc.kind === 'ImagePulledRecord' && typeof doc.imageRef === 'string');
+        if (!valid) {
+          this.#log.warn({ file }, `image pull record ${file} is corrupt; removing it`);
+          await fs.rm(file, { force: true });
+          continue;
+        }
+        if (sub === 'pulling') {
+          interrupted.push(doc!.image as string);
+          this.#log.warn({ image: doc!.image, file }, `the pull of image ${String(doc!.image)} was interrupted (nodelet stopped during it); it is pulled again when a pod needs it`);
+          await fs.rm(file, { force: true });
+        }
+      }
+    }
+    return interrupted;
+  }
+}
+
+/** The kubelet's termination-log file of a container: `pods/<uid>/containers/<name>/<id>`. */
+export function terminationLogPath(rootDir: string, podUid: string, containerName: string, id: string): string {
+  return path.join(rootDir, 'pods', podUid, 'containers', containerName, id);
+}

@@ -1,0 +1,239 @@
+/**
+ * `kubectl logs`, `exec`, `attach` and `port-forward` (kubectl 1.32, a client no one here
+ * wrote) through the test control plane's pod subresources to nodelet's `/containerLogs`,
+ * `/exec`, `/attach` and `/portForward`, and on to containerd's streaming server: the whole
+ * path an operator's commands take, on a containerd of this file's own.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import type { Node, Pod } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ControlPlaneClient, NODES, PODS } from '../../../src/controlplane/client.js';
+import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
+import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
+import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { podNetwork, removePodNetwork, type PodNetwork } from '../../helpers/pod-network.js';
+
+const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-streaming';
+const NODE = 'streamnode';
+const KUBECTL = '/usr/bin/kubectl';
+
+let cp: ControlPlane;
+let api: ControlPlaneClient;
+let nodelet: NodeletProcess | undefined;
+let cri: CriClient;
+let net_: PodNetwork;
+let dir: string;
+const children = new Set<ChildProcessWithoutNullStreams>();
+
+function kubectl(args: string[], input?: string, timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const c = spawn(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { stdio: 'pipe' });
+    let stdout = '';
+    let stderr = '';
+    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);
+    c.on('close', (code) => {
+      clearTimeout(t);
+      resolve({ code, stdout, stderr });
+    });
+    c.stdin.end(input ?? '');
+  });
+}
+
+/** A long-running kubectl whose output the test watches; killed at the end of the test. */
+function kubectlBackground(args: string[]): { child: ChildProcessWithoutNullStreams; output: () => string } {
+  const c = spawn(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { stdio: 'pipe' });
+  children.add(c);
+  let out = '';
+  c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  c.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  c.on('close', () => children.delete(c));
+  return { child: c, output: () => out };
+}
+
+function stop(c: ChildProcessWithoutNullStreams): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    c.once('close', () => resolve());
+    c.kill('SIGTERM');
+  });
+}
+
+function pod(name: string, script: string, extra: { hostNetwork?: boolean; restartPolicy?: string; volumes?: object[]; mounts?: object[] } = {}): Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default' },
+    spec: {
+      nodeName: NODE,
+      hostNetwork: extra.hostNetwork ?? true,
+      terminationGracePeriodSeconds: 1,
+      ...(extra.restartPolicy ? { restartPolicy: extra.restartPolicy } : {}),
+      ...(extra.volumes ? { volumes: extra.volumes } : {}),
+      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'Never', command: ['/bin/sh', '-c', script], ...(extra.mounts ? { volumeMounts: extra.mounts } : {}) }],
+    },
+  } as Pod;
+}
+
+const getPod = (name: string) => api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
+
+function running(name: string, restarts = 0, timeoutMs = 30_000): Promise<Pod> {
+  return eventually(async () => {
+    const p = await getPod(name);
+    const st = p?.status?.containerStatuses?.[0];
+    return st?.state?.running && (st.restartCount ?? 0) >= restarts ? p : undefined;
+  }, timeoutMs, 100);
+}
+
+// The logs pod: its first run prints 20 numbered lines and fails; the second (after the
+// crash-loop backoff) prints 20 and then one more every 300 ms.
+const LOGS_SCRIPT = [
+  'r=$(cat /data/runs 2>/dev/null || echo 0); r=$((r+1)); echo $r > /data/runs',
+  'i=0; while [ $i -lt 20 ]; do i=$((i+1)); echo "run $r line $i"; done',
+  'if [ $r = 1 ]; then sleep 1; exit 1; fi',
+  'while true; do i=$((i+1)); echo "run $r line $i"; sleep 0.3; done',
+].join('\n');
+
+beforeAll(async () => {
+  expect(fs.existsSync(KUBECTL), `${KUBECTL} is required`).toBe(true);
+  const { endpoint } = await ensureContainerd({ dir: CONTAINERD_DIR });
+  net_ = podNetwork(CONTAINERD_DIR);
+  cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+  cp = await startControlPlane({ clusterCIDR: net_.subnet, nodeCIDRMaskSize: 24 });
+  dir = tempDir('nodelet-kubectl-streaming-');
+  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${NODE}`, groups: ['system:nodes'] });
+  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
+  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
+  const config = writeKubeletConfig(dir, {
+    containerRuntimeEndpoint: endpoint,
+    podLogsDir: path.join(dir, 'logs'),
+    port: await freePort(),
+    address: '127.0.0.1',
+    healthzPort: 0,
+    // The control plane presents its client certificate; without a client CA it is anonymous here.
+    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
+    authorization: '{mode: AlwaysAllow}',
+  });
+  nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE, '--node-ip', '127.0.0.1', '--kubeconfig', path.join(dir, 'kubelet.kubeconfig')]);
+  await eventually(async () => {
+    const n = await api.get<Node>(NODES, { name: NODE }).catch(() => undefined);
+    return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+  }, 20_000, 50);
+  await api.create<Pod>(PODS, pod('logs', LOGS_SCRIPT, { restartPolicy: 'Always', volumes: [{ name: 'data', emptyDir: {} }], mounts: [{ name: 'data', mountPath: '/data' }] }));
+  await api.create<Pod>(PODS, pod('shell', 'trap "exit 0" TERM; while true; do sleep 1; done'));
+  await api.create<Pod>(PODS, pod('web', 'mkdir -p /www && echo hello-from-the-pod > /www/index.html && exec httpd -f -p 8080 -h /www', { hostNetwork: false }));
+}, 60_000);
+
+afterAll(async () => {
+  for (const c of [...children]) await stop(c);
+  if (api) {
+    for (const p of (await api.listAll<Pod>(PODS, { namespace: 'default' }).catch(() => ({ items: [] as Pod[] }))).items) await api.delete(PODS, { namespace: 'default', name: p.metadata!.name! }).catch(() => {});
+  }
+  if (cri) await eventually(async () => (await cri.listPodSandbox()).filter((s) => s.labels['io.kubernetes.pod.uid']).length === 0, 60_000).catch(() => undefined);
+  if (nodelet) {
+    nodelet.kill('SIGTERM');
+    await nodelet.exited;
+  }
+  if (cri && (await cri.listPodSandbox()).length === 0) await removePodNetwork(net_);
+  cri?.close();
+  await api?.close();
+  await cp?.close();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+}, 90_000);
+
+describe('kubectl exec', () => {
+  it('prints the output and exits with the command\'s code', async () => {
+    await running('shell');
+    const r = await kubectl(['exec', 'shell', '--', 'sh', '-c', 'echo $((6*7)); echo to-stderr >&2; exit 3']);
+    expect({ code: r.code, stdout: r.stdout, stderr: r.stderr.includes('to-stderr') }).toEqual({ code: 3, stdout: '42\n', stderr: true });
+  });
+
+  it('passes stdin with -i, up to its end', async () => {
+    const r = await kubectl(['exec', '-i', 'shell', '--', 'tr', 'a-z', 'A-Z'], 'hello\nstdin\n');
+    expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 0, stdout: 'HELLO\nSTDIN\n' });
+  });
+
+  it('names a missing container and a missing pod', async () => {
+    const c = await kubectl(['exec', 'shell', '-c', 'nope', '--', 'true']);
+    expect(c.code).not.toBe(0);
+    expect(c.stderr).toMatch(/container nope is not valid for pod shell/);
+    const p = await kubectl(['exec', 'nosuchpod', '--', 'true']);
+    expect(p.code).not.toBe(0);
+    expect(p.stderr).toMatch(/pods "nosuchpod" not found/);
+  });
+});
+
+describe('kubectl logs', () => {
+  it('shows every line; --previous the run before the restart; --tail, --timestamps, --limit-bytes', async () => {
+    // The second run (restartCount 1) after the first one failed.
+    await running('logs', 1, 60_000);
+    const firstRun = Array.from({ length: 20 }, (_, i) => `run 1 line ${i + 1}\n`).join('');
+    const secondStart = Array.from({ length: 20 }, (_, i) => `run 2 line ${i + 1}\n`).join('');
+
+    const all = await kubectl(['logs', 'logs']);
+    expect(all.code).toBe(0);
+    expect(all.stdout.startsWith(secondStart)).toBe(true);
+
+    const prev = await kubectl(['logs', 'logs', '--previous']);
+    expect({ code: prev.code, stdout: prev.stdout }).toEqual({ code: 0, stdout: firstRun });
+
+    const tail = await kubectl(['logs', 'logs', '--previous', '--tail=3']);
+    expect(tail.stdout).toBe('run 1 line 18\nrun 1 line 19\nrun 1 line 20\n');
+
+    const ts = await kubectl(['logs', 'logs', '--previous', '--timestamps', '--tail=2']);
+    const lines = ts.stdout.trimEnd().split('\n');
+    expect(lines.map((l) => l.replace(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+(Z|[+-]\d{2}:\d{2}) /, ''))).toEqual(['run 1 line 19', 'run 1 line 20']);
+
+    const limited = await kubectl(['logs', 'logs', '--previous', '--limit-bytes=13']);
+    expect(limited.stdout).toBe('run 1 line 1\n');
+  }, 90_000);
+
+  it('-f shows a new line within a second', async () => {
+    await running('logs', 1, 60_000);
+    const f = kubectlBackground(['logs', '-f', 'logs', '--tail=1']);
+    const first = await eventually(() => /run 2 line (\d+)\n/.exec(f.output())?.[1], 10_000, 20);
+    const seenAt = Date.now();
+    await eventually(() => new RegExp(`run 2 line ${Number(first) + 1}\\n`).test(f.output()), 3000, 20);
+    expect(Date.now() - seenAt).toBeLessThan(1000);
+    expect(f.child.exitCode).toBeNull();
+    await stop(f.child);
+  }, 30_000);
+});
+
+describe('kubectl attach', () => {
+  it('sees the running container\'s output', async () => {
+    await running('logs', 1, 60_000);
+    const a = kubectlBackground(['attach', 'logs']);
+    // Lines written after the attach: the numbers keep growing.
+    const n1 = Number(await eventually(() => /run 2 line (\d+)\n/.exec(a.output())?.[1], 10_000, 20));
+    await eventually(() => new RegExp(`run 2 line ${n1 + 2}\\n`).test(a.output()), 5000, 20);
+    await stop(a.child);
+  }, 30_000);
+});
+
+describe('kubectl port-forward', () => {
+  it('reaches a port served inside a pod with its own network', async () => {
+    const web = await running('web');
+    expect(web.status?.podIP).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    const local = await freePort();
+    const pf = kubectlBackground(['port-forward', 'pod/web', `${local}:8080`]);
+    await eventually(() => /Forwarding from 127\.0\.0\.1/.test(pf.output()), 10_000, 20);
+    const answer = await new Promise<string>((resolve, reject) => {
+      const s = net.connect({ host: '127.0.0.1', port: local }, () => s.write('GET /index.html HTTP/1.0\r\n\r\n'));
+      let b = '';
+      s.on('data', (d: Buffer) => (b += d.toString()));
+      s.on('end', () => resolve(b));
+      s.on('error', reject);
+      s.setTimeout(10_000, () => s.destroy(new Error(`no answer; port-forward said: ${pf.output()}`)));
+    });
+    expect(answer).toMatch(/^HTTP\/1\.[01] 200/);
+    expect(answer).toContain('hello-from-the-pod');
+    await stop(pf.child);
+  }, 30_000);
+});

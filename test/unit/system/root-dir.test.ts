@@ -1,0 +1,159 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { silentLogger } from '../../../src/log.js';
+import {
+  decodeDeviceCheckpoint,
+  deviceCheckpointChecksum,
+  encodeDeviceCheckpoint,
+  ensureDeviceCheckpoint,
+  ensureRootDirLayout,
+  ImagePullRecords,
+  imageRepository,
+  recordFileName,
+  ROOT_DIR_LAYOUT,
+  writeFileAtomic,
+  DEVICE_CHECKPOINT_FILE,
+  DEVICE_PLUGIN_SOCKET,
+} from '../../../src/system/root-dir.js';
+
+// Files written by real kubelets (published in vendors' documentation), read back verbatim:
+// the checksum must be the one the kubelet's checkpointmanager computed.
+const KUBELET_WRITTEN = [
+  '{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{"nvidia.com/gpu":["GPU-0650a168-e770-3ea8-8ac3-8a1d419763e0"]}},"Checksum":3952659280}',
+  '{"Data":{"PodDeviceEntries":[{"PodUID":"bf52b2cd-b611-4e79-86b1-280b283185c3","ContainerName":"check","ResourceName":"nvidia.com/gpu","DeviceIDs":{"-1":["tegra"]},"AllocResp":"Ch8KFk5WSURJQV9WSVNJQkxFX0RFVklDRVMSBXRlZ3Jh"}],"RegisteredDevices":{"nvidia.com/gpu":["tegra"]}},"Checksum":3660592824}',
+];
+
+let dir: string;
+beforeEach(() => (dir = fs.mkdtempSync(path.join(os.tmpdir(), 'root-dir-'))));
+afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+function warnings(): { log: ReturnType<typeof silentLogger>; msgs: string[] } {
+  const msgs: string[] = [];
+  const log = silentLogger();
+  const wrap = (l: typeof log): typeof log =>
+    new Proxy(l, {
+      get(t, k) {
+        if (k === 'warn') return (_o: unknown, m: string) => msgs.push(m);
+        if (k === 'child') return () => wrap(l);
+        return Reflect.get(t, k);
+      },
+    });
+  return { log: wrap(log), msgs };
+}
+
+describe('device manager checkpoint (checkpointmanager checksum: FNV-32a of go-spew %#v)', () => {
+  it.each(KUBELET_WRITTEN)('verifies a file a kubelet wrote: %s', (text) => {
+    const data = decodeDeviceCheckpoint(text);
+    expect(encodeDeviceCheckpoint(data)).toBe(text);
+  });
+
+  it.each([
+    ['a flipped checksum', KUBELET_WRITTEN[0]!.replace('3952659280', '3952659281'), /checksum mismatch/],
+    ['edited data', KUBELET_WRITTEN[1]!.replace('tegra"]}},', 'tegra2"]}},'), /checksum mismatch/],
+    ['not JSON', '{"Data":', /not JSON/],
+    ['no Data', '{"Checksum":1}', /no Data/],
+    ['a bad entry', '{"Data":{"PodDeviceEntries":[{"PodUID":1}],"RegisteredDevices":{}},"Checksum":1}', /PodDeviceEntries\[0\]/],
+  ])('refuses %s', (_n, text, re) => expect(() => decodeDeviceCheckpoint(text)).toThrow(re));
+
+  it('nil and empty maps hash differently, as in Go', () => {
+    expect(deviceCheckpointChecksum({ PodDeviceEntries: null, RegisteredDevices: {} })).not.toBe(deviceCheckpointChecksum({ PodDeviceEntries: null, RegisteredDevices: null }));
+    const empty = encodeDeviceCheckpoint({ PodDeviceEntries: null, RegisteredDevices: {} });
+    expect(JSON.parse(empty)).toEqual({ Data: { PodDeviceEntries: null, RegisteredDevices: {} }, Checksum: expect.any(Number) });
+    expect(decodeDeviceCheckpoint(empty)).toEqual({ PodDeviceEntries: null, RegisteredDevices: {} });
+  });
+
+  it('creates one, keeps a valid one byte for byte, rebuilds a corrupt one with a warning', async () => {
+    await ensureRootDirLayout(dir);
+    const file = path.join(dir, DEVICE_CHECKPOINT_FILE);
+    const { log, msgs } = warnings();
+    expect(await ensureDeviceCheckpoint(dir, log)).toBe('created');
+    expect(decodeDeviceCheckpoint(fs.readFileSync(file, 'utf8'))).toEqual({ PodDeviceEntries: null, RegisteredDevices: {} });
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    fs.writeFileSync(file, KUBELET_WRITTEN[1]!);
+    expect(await ensureDeviceCheckpoint(dir, log)).toBe('kept');
+    expect(fs.readFileSync(file, 'utf8')).toBe(KUBELET_WRITTEN[1]);
+    fs.writeFileSync(file, '{"Data":{"PodDeviceEntries":nul');
+    expect(await ensureDeviceCheckpoint(dir, log)).toBe('rebuilt');
+    expect(msgs).toEqual([expect.stringMatching(/kubelet_internal_checkpoint is corrupt .*rebuilding it empty/)]);
+    expect(() => decodeDeviceCheckpoint(fs.readFileSync(file, 'utf8'))).not.toThrow();
+    expect(fs.existsSync(path.join(dir, DEVICE_PLUGIN_SOCKET))).toBe(false);
+  });
+});
+
+describe('layout and atomic writes', () => {
+  it('creates the kubelet\'s directories with their modes; checkpoints/ is tightened to 0700', async () => {
+    fs.mkdirSync(path.join(dir, 'checkpoints'), { mode: 0o755 });
+    fs.chmodSync(path.join(dir, 'checkpoints'), 0o755);
+    await ensureRootDirLayout(dir);
+    await ensureRootDirLayout(dir); // idempotent
+    const old = process.umask();
+    for (const { dir: d, mode } of ROOT_DIR_LAYOUT) {
+      expect(fs.statSync(path.join(dir, d)).mode & 0o777, d).toBe(mode & ~old);
+    }
+    expect(fs.statSync(path.join(dir, 'checkpoints')).mode & 0o777).toBe(0o700);
+  });
+
+  it('writeFileAtomic replaces the content and leaves no temp file, with the mode asked', async () => {
+    const f = path.join(dir, 'state');
+    await writeFileAtomic(f, 'one', 0o640);
+    await writeFileAtomic(f, 'two', 0o600);
+    expect(fs.readFileSync(f, 'utf8')).toBe('two');
+    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+    expect(fs.readdirSync(dir)).toEqual(['state']);
+  });
+
+  it('a failed write leaves the old file and no temp file', async () => {
+    const f = path.join(dir, 'state');
+    await writeFileAtomic(f, 'one');
+    fs.mkdirSync(path.join(dir, 'sub'));
+    await expect(writeFileAtomic(path.join(dir, 'sub'), 'x')).rejects.toThrow();
+    expect(fs.readdirSync(dir).sort()).toEqual(['state', 'sub']);
+    expect(fs.readFileSync(f, 'utf8')).toBe('one');
+  });
+});
+
+describe('image pull records (the pull manager\'s files)', () => {
+  it('names files as upstream: sha256-<sha256 of the image or ref>', () => {
+    // Upstream's test data: pulling/sha256-ee81…11 holds repo.repo/test/test:v1, pulled/sha256-b3c0…64 holds testimageref.
+    expect(recordFileName('repo.repo/test/test:v1')).toBe('sha256-ee81caca15454863449fb55a1d942904d56d5ed9f9b20a7cb3453944ea2c7e11');
+    expect(recordFileName('testimageref')).toBe('sha256-b3c0cc4278800b03a308ceb2611161430df571ca733122f0a40ac8b9792a9064');
+  });
+
+  it.each([
+    ['docker.io/library/busybox:1.36', 'docker.io/library/busybox'],
+    ['localhost:5000/app@sha256:abc', 'localhost:5000/app'],
+    ['localhost:5000/app', 'localhost:5000/app'],
+  ])('imageRepository(%s)', (i, r) => expect(imageRepository(i)).toBe(r));
+
+  it('intent before the pull, record after, intent gone; never a secret', async () => {
+    await ensureRootDirLayout(dir);
+    const records = new ImagePullRecords(dir, silentLogger(), () => new Date('2026-01-02T03:04:05.678Z'));
+    await records.pulling('docker.io/local/busybox:latest');
+    const intent = path.join(dir, 'image_manager/pulling', recordFileName('docker.io/local/busybox:latest'));
+    expect(JSON.parse(fs.readFileSync(intent, 'utf8'))).toEqual({ kind: 'ImagePullIntent', apiVersion: 'kubelet.config.k8s.io/v1alpha1', image: 'docker.io/local/busybox:latest' });
+    await records.pulled('docker.io/local/busybox:latest', 'sha256:1234');
+    expect(fs.existsSync(intent)).toBe(false);
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'image_manager/pulled', recordFileName('sha256:1234')), 'utf8'))).toEqual({
+      kind: 'ImagePulledRecord',
+      apiVersion: 'kubelet.config.k8s.io/v1alpha1',
+      lastUpdatedTime: '2026-01-02T03:04:05Z',
+      imageRef: 'sha256:1234',
+      credentialMapping: { 'docker.io/local/busybox': { nodePodsAccessible: true } },
+    });
+  });
+
+  it('at start, an interrupted pull is reported and a corrupt record removed', async () => {
+    await ensureRootDirLayout(dir);
+    const { log, msgs } = warnings();
+    const records = new ImagePullRecords(dir, log);
+    await records.pulling('example.com/app:1');
+    const corrupt = path.join(dir, 'image_manager/pulled/sha256-00');
+    fs.writeFileSync(corrupt, '{"kind":');
+    expect(await records.recover()).toEqual(['example.com/app:1']);
+    expect(fs.readdirSync(path.join(dir, 'image_manager/pulling'))).toEqual([]);
+    expect(fs.existsSync(corrupt)).toBe(false);
+    expect(msgs).toEqual(expect.arrayContaining([expect.stringMatching(/pull of image example.com\/app:1 was interrupted/), expect.stringMatching(/sha256-00 is corrupt/)]));
+  });
+});
