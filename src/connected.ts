@@ -56,6 +56,8 @@ export interface ModeContext {
   podCIDR?: (cidr: string) => void;
   /** The root dir (`--root-dir`): its filesystem is the nodefs of the eviction signals. */
   rootDir?: string;
+  /** Told of every lease renewal attempt (metrics). */
+  onLeaseRenew?: (ok: boolean) => void;
   /** The runtime's image filesystems (CRI ImageFsInfo mountpoints), for the imagefs signals. */
   imageFsMountpoints?: () => Promise<string[]>;
 }
@@ -161,7 +163,14 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
         clock,
         logger: log.child({ component: 'pod-status' }),
       });
-      const lease = new LeaseRenewer({ api: cp.leases, nodeName: identity.nodeName, leaseDurationSeconds: cfg.nodeLeaseDurationSeconds, clock, logger: log.child({ component: 'node-lease' }) });
+      const lease = new LeaseRenewer({
+        api: cp.leases,
+        nodeName: identity.nodeName,
+        leaseDurationSeconds: cfg.nodeLeaseDurationSeconds,
+        clock,
+        logger: log.child({ component: 'node-lease' }),
+        ...(ctx.onLeaseRenew ? { onRenew: ctx.onLeaseRenew } : {}),
+      });
       // Stopped in reverse: the loops and the watch first, then queued events are sent (for at
       // most 2 s), and the client closes last, with nothing left in flight.
       return [

@@ -238,7 +238,7 @@ export class Daemon {
     const services: Service[] = [];
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
     // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
-    const metrics = new Metrics();
+    const metrics = new Metrics({ nodeName: identity.nodeName });
     // The control-plane client (undici, ~20 MB of RSS) is loaded only when connected.
     const unobserve = this.mode === 'connected' ? (await import('./controlplane/client.js')).observeControlPlaneRequests((code, method, host) => metrics.restClientRequest(code, method, host)) : () => {};
     services.push({ name: 'metrics', start: () => {}, stop: async () => (unobserve(), metrics.close()) });
@@ -345,7 +345,17 @@ export class Daemon {
     } else {
       log.info('no staticPodPath: no static pods');
     }
-    services.push(...mode.services({ sources, pods, runtimeState: () => health.state(), rootDir: flags.rootDir, imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]), podCIDR: (cidr) => void podCidr.update(cidr) }));
+    services.push(
+      ...mode.services({
+        sources,
+        pods,
+        runtimeState: () => health.state(),
+        rootDir: flags.rootDir,
+        imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),
+        podCIDR: (cidr) => void podCidr.update(cidr),
+        onLeaseRenew: (ok) => metrics.leaseRenewed(ok),
+      }),
+    );
 
     if (cfg.readOnlyPort !== 0) {
       const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, observability, logger: log });

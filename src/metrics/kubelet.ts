@@ -89,6 +89,10 @@ export class Metrics implements PodManagerMetrics {
   readonly startedContainersErrors = this.registry.register(
     new Counter('kubelet_started_containers_errors_total', '[ALPHA] Cumulative number of errors when starting containers', ['container_type', 'code']),
   );
+  readonly leaseRenewals = this.registry.register(new Counter('kubelet_node_lease_renew_total', 'Renewals of the node Lease (kube-node-lease/<node>) that the control plane accepted.', []));
+  readonly leaseRenewalFailures = this.registry.register(
+    new Counter('kubelet_node_lease_renew_failures_total', 'Attempts to renew the node Lease that failed (each is retried with backoff).', []),
+  );
   readonly restClientRequests = this.registry.register(new Counter('rest_client_requests_total', '[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.', ['code', 'method', 'host']));
   readonly statsCollections = this.registry.register(
     new Counter('nodelet_stats_collections_total', 'Sets of CRI and host reads made for /stats/summary and /metrics/resource (scrapes within the cache interval share one). result: ok or error.', ['result']),
@@ -97,8 +101,10 @@ export class Metrics implements PodManagerMetrics {
     new Histogram('nodelet_stats_collection_duration_seconds', 'Wall time of one set of CRI and host reads for /stats/summary and /metrics/resource.', [], DEF_BUCKETS),
   );
 
-  constructor(o: { processMetrics?: boolean; startTimeMs?: number } = {}) {
+  constructor(o: { processMetrics?: boolean; startTimeMs?: number; nodeName?: string } = {}) {
     this.registry.register(new Collected('nodelet_build_info', 'nodelet version; always 1.', 'gauge', ['version'], () => [{ labels: { version: VERSION }, value: 1 }]));
+    const nodeName = o.nodeName;
+    if (nodeName !== undefined) this.registry.register(new Collected('kubelet_node_name', "[ALPHA] The node's name. The count is always 1.", 'gauge', ['node'], () => [{ labels: { node: nodeName }, value: 1 }]));
     this.#stopProcess = o.processMetrics === false ? () => {} : registerProcessMetrics(this.registry, o.startTimeMs);
     // Gauges read before the first relist show 0 rather than nothing.
     this.runningPods.set(undefined, 0);
@@ -110,6 +116,11 @@ export class Metrics implements PodManagerMetrics {
     this.runtimeOperations.inc(labels);
     this.runtimeOperationsDuration.observe(labels, seconds);
     if (failed) this.runtimeOperationsErrors.inc(labels);
+  }
+
+  /** The lease renewer's observer: one renewal attempt and whether the control plane accepted it. */
+  leaseRenewed(ok: boolean): void {
+    (ok ? this.leaseRenewals : this.leaseRenewalFailures).inc(undefined);
   }
 
   /** The control-plane client's observer: code is the HTTP status, or `<error>` when no answer came. */

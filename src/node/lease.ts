@@ -33,6 +33,8 @@ export interface LeaseRenewerOptions {
   clock: Clock;
   logger: Logger;
   rand?: () => number;
+  /** Told of every renewal attempt and whether it was accepted (metrics). */
+  onRenew?: (ok: boolean) => void;
 }
 
 /** MicroTime: RFC 3339 with six fractional digits, as the API server writes it. */
@@ -114,6 +116,7 @@ export class LeaseRenewer extends LoopOwner {
       return this.#ok();
     } catch (err) {
       this.#failures++;
+      this.#o.onRenew?.(false);
       this.#unanswered = unanswered(err);
       if (this.#failures === 1 || this.#failures % 10 === 0) log.warn({ err: errorMessage(err), failures: this.#failures }, `cannot renew the node lease: ${errorMessage(err)}`);
       return false;
@@ -124,6 +127,7 @@ export class LeaseRenewer extends LoopOwner {
     if (this.#failures > 0) this.#o.logger.info({ after: this.#failures }, 'node lease renewed again');
     this.#failures = 0;
     this.#lastRenew = this.#o.clock.now();
+    this.#o.onRenew?.(true);
     return true;
   }
 

@@ -6,6 +6,9 @@
  * Python's prometheus_client against containerd.
  */
 import { describe, expect, it } from 'vitest';
+import type { Lease } from 'kubernetes-types/coordination/v1.js';
+import { silentLogger } from '../../../src/log.js';
+import { LeaseRenewer } from '../../../src/node/lease.js';
 import { Counter, Histogram, Registry, exponentialBuckets, Collected } from '../../../src/metrics/exposition.js';
 import { Metrics, operationType } from '../../../src/metrics/kubelet.js';
 import { countingPodRuntime } from '../../../src/metrics/pod-hooks.js';
@@ -95,6 +98,31 @@ describe('kubelet metrics', () => {
     // A state gone from the runtime is gone from the gauge.
     m.relisted([obs('a', true, ['running'])]);
     expect(m.render()).not.toContain('container_state="exited"');
+    m.close();
+  });
+
+  it('names the node, and counts lease renewals the control plane accepted and those that failed', async () => {
+    const m = new Metrics({ processMetrics: false, nodeName: 'n1' });
+    const clock = new VirtualClock();
+    let fail = true;
+    const api = {
+      getLease: async () => undefined,
+      getNode: async () => ({ metadata: { name: 'n1', uid: 'u' } }),
+      createLease: async (l: Lease) => {
+        if (fail) throw new NodeletError('UNAVAILABLE', 'PUT lease: 503', { status: 503 });
+        return l;
+      },
+      updateLease: async (l: Lease) => l,
+    };
+    const r = new LeaseRenewer({ api, nodeName: 'n1', leaseDurationSeconds: 40, clock, logger: silentLogger(), onRenew: (ok) => m.leaseRenewed(ok) });
+    await r.syncOnce();
+    fail = false;
+    await r.syncOnce();
+    await r.syncOnce();
+    const text = m.render();
+    expect(text).toContain('kubelet_node_name{node="n1"} 1');
+    expect(text).toContain('kubelet_node_lease_renew_total 2');
+    expect(text).toContain('kubelet_node_lease_renew_failures_total 1');
     m.close();
   });
 
