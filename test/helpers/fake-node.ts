@@ -7,7 +7,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { startFakeRuntime, type FakeRuntime } from '../cri/fake-runtime.js';
-import { freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from './nodelet.js';
+import type { PodList } from 'kubernetes-types/core/v1.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from './nodelet.js';
 
 /** A static pod running `sleep 3600` in busybox on the host network. */
 export function sleeperManifest(name: string, namespace?: string, extra = ''): string {
@@ -46,6 +47,8 @@ export interface FakeNode {
   close(): Promise<void>;
   /** The serving certificate nodelet generated (PEM), to trust it. */
   servingCert(): string;
+  /** Resolves once `n` pods show a running container on the read-only port. */
+  podsRunning(n: number, timeoutMs?: number): Promise<void>;
 }
 
 export async function startFakeNode(o: FakeNodeOptions = {}): Promise<FakeNode> {
@@ -94,6 +97,12 @@ export async function startFakeNode(o: FakeNodeOptions = {}): Promise<FakeNode> 
       fs.rmSync(dir, { recursive: true, force: true });
     },
     servingCert: () => fs.readFileSync(path.join(rootDir, 'pki', 'kubelet.crt'), 'utf8'),
+    async podsRunning(n, timeoutMs = 20_000) {
+      await eventually(async () => {
+        const res = await fetch(`http://127.0.0.1:${ports.readOnly}/pods`);
+        return ((await res.json()) as PodList).items.filter((p) => p.status?.containerStatuses?.[0]?.state?.running).length >= n;
+      }, timeoutMs);
+    },
   };
   if (o.start ?? true) await node.start();
   return node;

@@ -7,58 +7,27 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
 import { request } from '../server/client.js';
 import { createTestCa, type Issued } from '../server/pki.js';
 
-let cri: FakeRuntime;
-let nodelet: NodeletProcess;
+let node: FakeNode;
 let dir: string;
 let port: number;
 let serverCa: string;
 let client: Issued;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  dir = tempDir();
   const ca = await createTestCa();
   client = await ca.issue({ cn: 'forensics', orgs: ['ops'] });
-  fs.writeFileSync(path.join(dir, 'ca.crt'), ca.cert);
-  fs.mkdirSync(path.join(dir, 'manifests'));
-  fs.writeFileSync(
-    path.join(dir, 'manifests', 'app.yaml'),
-    'apiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: shop}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}\n',
-  );
-  port = await freePort();
-  const readOnlyPort = await freePort();
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    staticPodPath: path.join(dir, 'manifests'),
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port,
-    readOnlyPort,
-    healthzPort: 0,
-    authentication: `{anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
-    authorization: '{mode: AlwaysAllow}',
-  });
-  nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
-  await eventually(async () => {
-    const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
-    return ((await res.json()) as PodList).items[0]?.status?.phase === 'Running';
-  }, 20_000);
-  serverCa = fs.readFileSync(path.join(dir, 'root', 'pki', 'kubelet.crt'), 'utf8');
+  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, clientCA: ca.cert });
+  ({ dir, ports: { https: port } } = node);
+  await node.podsRunning(1);
+  serverCa = node.servingCert();
 });
 
-afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-});
+afterAll(() => node?.close());
 
 const checkpoint = () => request(`https://127.0.0.1:${port}/checkpoint/shop/app-n1/web`, { method: 'POST', ca: serverCa, cert: client.cert, key: client.key });
 const archives = () => (fs.existsSync(path.join(dir, 'root', 'checkpoints')) ? fs.readdirSync(path.join(dir, 'root', 'checkpoints')) : []);
@@ -70,7 +39,7 @@ describe('checkpoint archives are verified whole before the 200', () => {
     ['garbage', /is not a readable tar archive/],
     ['none', /left no archive at/],
   ] as const)('a %s archive is 500 with the reason and removed', async (kind, reason) => {
-    cri.checkpointArchive = kind;
+    node.cri.checkpointArchive = kind;
     const r = await checkpoint();
     expect(r.status).toBe(500);
     expect(r.body).toMatch(reason);
@@ -78,7 +47,7 @@ describe('checkpoint archives are verified whole before the 200', () => {
   });
 
   it('a whole archive afterwards is 200 and kept', async () => {
-    cri.checkpointArchive = 'whole';
+    node.cri.checkpointArchive = 'whole';
     const r = await checkpoint();
     expect(r.status).toBe(200);
     const file = (r.json() as { items: string[] }).items[0]!;

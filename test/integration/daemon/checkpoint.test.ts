@@ -7,64 +7,28 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, runNodelet, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
+import { eventually, runNodelet } from '../../helpers/nodelet.js';
 import { request } from '../server/client.js';
 import { createTestCa, type Issued } from '../server/pki.js';
 
-let cri: FakeRuntime;
-let nodelet: NodeletProcess;
+let node: FakeNode;
 let dir: string;
 let port: number;
 let serverCa: string;
 let client: Issued;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  dir = tempDir();
   const ca = await createTestCa();
   client = await ca.issue({ cn: 'forensics', orgs: ['ops'] });
-  fs.writeFileSync(path.join(dir, 'ca.crt'), ca.cert);
-  fs.mkdirSync(path.join(dir, 'manifests'));
-  fs.writeFileSync(
-    path.join(dir, 'manifests', 'app.yaml'),
-    'apiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: shop}\nspec:\n  hostNetwork: true\n  containers:\n  - {name: web, image: docker.io/local/busybox:latest, imagePullPolicy: IfNotPresent, command: [sleep, "3600"]}\n',
-  );
-  port = await freePort();
-  const readOnlyPort = await freePort();
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    staticPodPath: path.join(dir, 'manifests'),
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port,
-    readOnlyPort,
-    healthzPort: 0,
-    authentication: `{anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: ${path.join(dir, 'ca.crt')}}}`,
-    authorization: '{mode: AlwaysAllow}',
-  });
-  nodelet = startNodelet([
-    '--config', path.join(dir, 'kubelet.yaml'),
-    '--root-dir', path.join(dir, 'root'),
-    '--lock-file', path.join(dir, 'lock'),
-    '--hostname-override', 'n1',
-    '--checkpoint-retention', '2',
-  ]);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
-  await eventually(async () => {
-    const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
-    return ((await res.json()) as PodList).items[0]?.status?.phase === 'Running';
-  }, 20_000);
-  serverCa = fs.readFileSync(path.join(dir, 'root', 'pki', 'kubelet.crt'), 'utf8');
+  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, clientCA: ca.cert, args: ['--checkpoint-retention', '2'] });
+  ({ dir, ports: { https: port } } = node);
+  await node.podsRunning(1);
+  serverCa = node.servingCert();
 });
 
-afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-});
+afterAll(() => node?.close());
 
 const url = (p: string) => `https://127.0.0.1:${port}${p}`;
 
