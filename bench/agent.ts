@@ -14,11 +14,15 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CriClient } from '../src/runtime/cri-client.js';
 import type { ContainerConfig, PodSandboxConfig } from '../src/runtime/types.js';
+import { freePort } from '../test/helpers/nodelet.js';
 import { IMAGE } from './runtime.js';
 import { percentile } from './sections.js';
 
-/** dist/bench -> dist/src/main.js: the built binary next to this file's build. */
-export const NODELET_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
+/**
+ * dist/bench -> dist/src/main.js: the built binary next to this file's build;
+ * NODELET_BENCH_MAIN runs another entry point instead (a bundle, to compare builds).
+ */
+export const NODELET_MAIN = process.env.NODELET_BENCH_MAIN ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
 export const TICK_MS = 1000 / 100; // USER_HZ
 
 /** `--quick` (CI: once, tiny counts) and the positional numbers after it. */
@@ -89,6 +93,14 @@ export async function runningPods(cri: CriClient): Promise<Set<string>> {
   return out;
 }
 
+/** Names of the raw pods whose container runs. */
+export async function runningRaw(cri: CriClient): Promise<Set<string>> {
+  const list = await cri.listContainers({ labelSelector: { 'bench.nodelet/raw': 'true' } });
+  const out = new Set<string>();
+  for (const c of list) if (c.state === 'CONTAINER_RUNNING') out.add(c.labels['bench.nodelet/name'] ?? '');
+  return out;
+}
+
 /** Polls CRI every `everyMs` until `pred` holds; the ms from `t0`. */
 export async function until(pred: () => Promise<boolean>, t0: number, timeoutMs: number, what: string, everyMs = 5): Promise<number> {
   for (;;) {
@@ -109,7 +121,7 @@ export function rawSandbox(name: string, logDirectory: string): PodSandboxConfig
 }
 
 export function rawContainer(name: string): ContainerConfig {
-  return { metadata: { name: 'main', attempt: 0 }, image: { image: IMAGE }, command: ['sleep', '3600'], labels: { 'bench.nodelet/raw': 'true' }, logPath: `${name}.log` };
+  return { metadata: { name: 'main', attempt: 0 }, image: { image: IMAGE }, command: ['sleep', '3600'], labels: { 'bench.nodelet/raw': 'true', 'bench.nodelet/name': name }, logPath: `${name}.log` };
 }
 
 /** RunPodSandbox + CreateContainer + StartContainer: the floor of a pod start. */
@@ -142,14 +154,14 @@ export interface Agent {
 /**
  * Starts the built nodelet on `dir` (config, root dir, lock, static pod dir `manifests`) with
  * the given runtime endpoint; extra config lines and flags as given. stderr is inherited,
- * stdout (JSON logs at warn) discarded.
+ * stdout (JSON logs at warn) goes to `<dir>/nodelet.log`.
  */
-export function startAgent(o: { dir: string; endpoint: string; healthzPort: number; readOnlyPort?: number; config?: Record<string, string | number>; flags?: string[]; nodeArgs?: string[] }): Agent {
+export async function startAgent(o: { dir: string; endpoint: string; healthzPort: number; port?: number; readOnlyPort?: number; config?: Record<string, string | number>; flags?: string[]; nodeArgs?: string[] }): Promise<Agent> {
   const cfg = {
     containerRuntimeEndpoint: o.endpoint,
     podLogsDir: path.join(o.dir, 'logs'),
     address: '127.0.0.1',
-    port: 0,
+    port: o.port ?? (await freePort()), // 0 would be the default 10250, which another agent may hold
     readOnlyPort: o.readOnlyPort ?? 0,
     healthzPort: o.healthzPort,
     staticPodPath: path.join(o.dir, 'manifests'),
@@ -175,7 +187,10 @@ export function startAgent(o: { dir: string; endpoint: string; healthzPort: numb
   ];
   const env = { ...process.env };
   for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'JOURNAL_STREAM']) delete env[k];
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'], env });
+  // Its log (warnings and errors) in <dir>/nodelet.log, for a run that fails.
+  const log = fs.openSync(path.join(o.dir, 'nodelet.log'), 'a');
+  const child = spawn(process.execPath, args, { stdio: ['ignore', log, 'inherit'], env });
+  fs.closeSync(log);
   const exited = new Promise((r) => child.once('exit', r));
   return {
     child,

@@ -42,8 +42,9 @@ async function main(): Promise<void> {
     for (let i = 0; i < warmup + iterations; i++) {
       const b = await nodeLine();
       const port = await freePort();
+      const httpsPort = await freePort();
       const t0 = performance.now();
-      const agent = startAgent({ dir, endpoint, healthzPort: port });
+      const agent = await startAgent({ dir, endpoint, healthzPort: port, port: httpsPort });
       let n: number;
       for (;;) {
         if ((await httpStatus(port, '/healthz')) === 200) {

@@ -19,7 +19,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { createCriClient, type CriClient } from '../src/runtime/cri-client.js';
-import { benchArgs, machine, manifest, median, rawStart, removeRaw, rows, runningPods, stageManifest, startAgent, until, httpStatus, sleep } from './agent.js';
+import { benchArgs, machine, manifest, median, rawStart, removeRaw, rows, runningPods, runningRaw, stageManifest, startAgent, until, httpStatus, sleep } from './agent.js';
 import { freePort } from '../test/helpers/nodelet.js';
 import { setupPodman } from './podman.js';
 import { benchContainerd } from './runtime.js';
@@ -43,7 +43,7 @@ async function main(): Promise<void> {
   const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'nodelet-bench-static-'));
   const manifests = path.join(dir, 'manifests');
   const podman = quick ? 'skipped with --quick' : setupPodman();
-  const agent = startAgent({ dir, endpoint, healthzPort: await freePort() });
+  const agent = await startAgent({ dir, endpoint, healthzPort: await freePort() });
   const times = { direct: [] as number[], nodelet: [] as number[], podman: [] as number[], burstDirect: [] as number[], burstNodelet: [] as number[] };
   try {
     await removeRaw(cri);
@@ -53,9 +53,11 @@ async function main(): Promise<void> {
     await fsp.writeFile(podFile, manifest('podman-start'));
     for (let i = 0; i < warmup + iterations; i++) {
       // Straight to containerd.
+      // The same poll as for nodelet runs from t0, so both sides pay it.
       let t0 = performance.now();
-      await rawStart(cri, `direct-${i}`, path.join(dir, 'direct'));
-      const d = performance.now() - t0;
+      const chain = rawStart(cri, `direct-${i}`, path.join(dir, 'direct'));
+      const d = await until(async () => (await runningRaw(cri)).has(`direct-${i}`), t0, 60_000, `raw pod ${i}`);
+      await chain;
       await removeRaw(cri);
       // Through nodelet: rename -> inotify -> parse -> worker -> the same calls.
       const name = `s${i}`;
@@ -78,8 +80,9 @@ async function main(): Promise<void> {
     }
     for (let r = 0; r < burstRounds; r++) {
       let t0 = performance.now();
-      await Promise.all(Array.from({ length: burst }, (_, j) => rawStart(cri, `burst-${r}-${j}`, path.join(dir, 'direct'))));
-      times.burstDirect.push(performance.now() - t0);
+      const chains = Promise.all(Array.from({ length: burst }, (_, j) => rawStart(cri, `burst-${r}-${j}`, path.join(dir, 'direct'))));
+      times.burstDirect.push(await until(async () => (await runningRaw(cri)).size >= burst, t0, 120_000, `${burst} raw pods`, 10));
+      await chains;
       await removeRaw(cri);
       const names = Array.from({ length: burst }, (_, j) => `b${r}x${j}`);
       const places = await Promise.all(names.map((n) => stageManifest(manifests, n)));
@@ -101,7 +104,7 @@ async function main(): Promise<void> {
       '## Static pod start, one and 20 at once (`bench/static-start.ts`)',
       '',
       `Run ${new Date().toISOString()} on ${machine()}; ${version.runtimeName} ${version.runtimeVersion}${typeof podman === 'string' ? '' : `, ${podman.version}`}. One pod: ${iterations} iterations after ${warmup} warm-up; ${burst} at once: ${burstRounds} rounds; interleaved.`,
-      'Nodelet = a running, idle standalone nodelet; the manifest is renamed into `staticPodPath` → its container is seen running through CRI (`ListContainers` polled every 5 ms, 10 ms for the burst). Direct = RunPodSandbox + CreateContainer + StartContainer straight to the same containerd (hostNetwork busybox sleeper), one chain per pod, all chains at once for the burst. podman = `podman kube play` of the same pod (hostNetwork, same local images, runc), command start → exit (it exits once the container runs).',
+      'Nodelet = a running, idle standalone nodelet; the manifest is renamed into `staticPodPath` → its container is seen running through CRI (`ListContainers` polled every 5 ms, 10 ms for the burst). Direct = RunPodSandbox + CreateContainer + StartContainer straight to the same containerd (hostNetwork busybox sleeper), one chain per pod, all chains at once for the burst, seen running by the same poll. podman = `podman kube play` of the same pod (hostNetwork, same local images, runc), command start → exit (it exits once the container runs).',
       '',
       '| | direct CRI (ms) | through nodelet (ms) | ratio | added (ms) |',
       '|---|---|---|---|---|',

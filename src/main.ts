@@ -34,6 +34,7 @@ function addCommonOptions(cmd: Command): Command {
     .option('--cert-dir <dir>', 'directory of the serving certificate and key (default: <root-dir>/pki)')
     .option('--feature-gates <A=true,B=false>', 'feature gates, over the configuration file\'s featureGates')
     .option('--checkpoint-retention <n>', 'keep only the newest n checkpoint archives per container (default: keep all)')
+    .option('--container-log-dir <dir>', 'directory of the <pod>_<namespace>_<container>-<id>.log links to container logs that log shippers read', '/var/log/containers')
     .addOption(new Option('-v, --v <level>', 'log verbosity as the kubelet\'s: 0-1 info, 2-3 debug, 4+ trace').default('0'))
     .addOption(new Option('--log-level <level>', 'log level, over -v').choices(['error', 'warn', 'info', 'debug', 'trace']))
     // Kubelet flags that set KubeletConfiguration fields; they win over the files.
@@ -111,6 +112,7 @@ function nodeletFlags(cmd: Command, o: OptionValues): NodeletFlags {
     exitOnLockContention: !!o.exitOnLockContention,
     certDir: path.resolve(o.certDir ?? path.join(rootDir, 'pki')),
     checkpointRetention,
+    containerLogDir: path.resolve(o.containerLogDir),
   };
 }
 

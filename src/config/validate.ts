@@ -17,7 +17,7 @@ import { NodeletError } from '../errors.js';
 import { parseDurationNs } from './duration.js';
 import { featureGateProblem } from './feature-gates.js';
 import { isJsonObject, pathKey, type Json, type JsonObject } from './merge.js';
-import { parseThresholdValue } from './quantity.js';
+import { parseQuantity, parseThresholdValue } from './quantity.js';
 import { durationPaths, KUBELET_CONFIG_SCHEMA, type FieldSchema } from './schema.js';
 import { KUBELET_API_VERSION, KUBELET_KIND, type ConfigProblem } from './types.js';
 
@@ -267,6 +267,16 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
   if ((typeof cert === 'string' && cert !== '') !== (typeof key === 'string' && key !== '')) {
     const [set, missing] = cert ? ['tlsCertFile', 'tlsPrivateKeyFile'] : ['tlsPrivateKeyFile', 'tlsCertFile'];
     add([set], `is set but ${missing} is not; set both, or neither for a self-signed certificate`);
+  }
+
+  // A quantity ("10Mi"); the kubelet refuses what it cannot parse (a negative one turns rotation off).
+  const logMax = get(['containerLogMaxSize']);
+  if (typeof logMax === 'string') {
+    try {
+      parseQuantity(logMax);
+    } catch (err) {
+      add(['containerLogMaxSize'], (err as Error).message);
+    }
   }
 
   const eviction = get(['evictionHard']);

@@ -47,6 +47,7 @@ import type { Mounter } from './subpath.js';
 import type { NodeSwap } from './swap.js';
 import type { ImagePullRecords } from '../system/root-dir.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
+import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from './log-symlinks.js';
 
 export interface CriPodRuntimeOptions {
   cri: CriClient;
@@ -70,6 +71,8 @@ export interface CriPodRuntimeOptions {
   swap?: NodeSwap;
   /** Image pull records under <root-dir>/image_manager (root-dir.ts); unset: none written. */
   imageRecords?: Pick<ImagePullRecords, 'pulling' | 'pulled' | 'failed'>;
+  /** Where the kubelet's `<pod>_<ns>_<container>-<id>.log` links to live logs go (log-symlinks.ts); unset: none made. */
+  containerLogDir?: string;
 }
 
 /**
@@ -198,7 +201,8 @@ export class CriPodRuntime implements PodRuntime {
     });
     if (!st || st.state !== 'SANDBOX_READY') return [];
     const ips = [st.network?.ip ?? '', ...(st.network?.additionalIps ?? []).map((a) => a.ip)].filter((ip) => ip !== '');
-    if (ips.length) this.#sandboxIPs.set(sandboxId, ips);
+    // Remembered even when empty: a hostNetwork sandbox has none, and asking again every sync cost a PodSandboxStatus per pod per second.
+    this.#sandboxIPs.set(sandboxId, ips);
     return ips;
   }
 
@@ -386,6 +390,10 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'RunContainerError', 'failed to start the container');
     }
+    if (this.#o.containerLogDir !== undefined && config.logPath) {
+      const link = containerLogSymlink(this.#o.containerLogDir, pod.metadata?.name ?? '', pod.metadata?.namespace ?? 'default', container.name, id);
+      await createLogSymlink(link, path.join(sandboxCfg.logDirectory!, config.logPath)).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot create the container log link ${link}: ${errorMessage(err)}`));
+    }
     return id;
   }
 
@@ -414,7 +422,11 @@ export class CriPodRuntime implements PodRuntime {
    * binds unmounted first) and the pod's log directory. Both are tried; the errors are joined.
    */
   async cleanupPod(uid: string): Promise<void> {
-    const results = await Promise.allSettled([removePodDir(this.#o.rootDir, uid, this.#o.mounter), removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter)]);
+    const results = await Promise.allSettled([
+      removePodDir(this.#o.rootDir, uid, this.#o.mounter),
+      removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter),
+      ...(this.#o.containerLogDir !== undefined ? [removePodLogSymlinks(this.#o.containerLogDir, this.#o.podLogsDir, uid)] : []),
+    ]);
     const errors = results.flatMap((r) => (r.status === 'rejected' ? [errorMessage(r.reason)] : []));
     if (errors.length) throw new NodeletError('INTERNAL', errors.join('; '));
   }
@@ -424,7 +436,12 @@ export class CriPodRuntime implements PodRuntime {
   }
 
   async removeContainer(id: string): Promise<void> {
+    const labels = this.#o.containerLogDir !== undefined ? (this.#statuses.get(id)?.st ?? (await this.#o.cri.containerStatus(id).catch(() => undefined)))?.labels : undefined;
     this.#statuses.delete(id);
     await this.#o.cri.removeContainer(id);
+    if (labels && this.#o.containerLogDir !== undefined) {
+      const link = containerLogSymlink(this.#o.containerLogDir, labels[LABEL_POD_NAME] ?? '', labels[LABEL_POD_NAMESPACE] ?? 'default', labels[LABEL_CONTAINER_NAME] ?? '', id);
+      await removeLogSymlink(link).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot remove the container log link ${link}: ${errorMessage(err)}`));
+    }
   }
 }

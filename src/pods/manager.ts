@@ -72,6 +72,13 @@ export class PodManager {
   readonly #foreign = new Set<string>();
   /** Clock time each pod was first seen, until it first runs (kubelet_pod_start_duration_seconds). */
   readonly #firstSeen = new Map<string, number>();
+  /**
+   * Idle cost: a steady pod's sync reuses the relist's observation instead of asking the
+   * runtime again (the kubelet's PLEG cache idea), but only an observation listed after
+   * that worker's last sync ended (so it holds that sync's effects). #seq orders both.
+   */
+  #seq = 0;
+  readonly #syncedSeq = new WeakMap<PodWorker, number>();
 
   constructor(o: PodManagerOptions) {
     this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, ...o };
@@ -188,6 +195,7 @@ export class PodManager {
    */
   async #relist(): Promise<Promise<void>[]> {
     let all: ObservedPod[];
+    const listSeq = ++this.#seq;
     try {
       all = await this.#o.runtime.listPods();
       this.#o.metrics.relisted(all);
@@ -202,12 +210,13 @@ export class PodManager {
       this.#lastTurn = this.#o.clock.now();
     }
     const jobs: Promise<void>[] = [];
+    const listed = new Map(all.map((o) => [o.uid, o]));
     // A desired pod whose old worker finished terminating (same UID wanted again) gets a new
     // one; a pod being deleted in the control plane never starts again.
     for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid) && !deleting(pod)) this.#workers.set(uid, new PodWorker(pod));
     for (const [uid, w] of this.#workers) {
       const want = this.#desired.get(uid);
-      if (want && !deleting(want) && !w.terminating) jobs.push(w.request(() => this.#sync(w)));
+      if (want && !deleting(want) && !w.terminating) jobs.push(w.request(() => this.#sync(w, (this.#syncedSeq.get(w) ?? 0) < listSeq ? listed.get(uid) : undefined)));
     }
     for (const [uid, w] of this.#workers) {
       if (w.terminating) {
@@ -303,13 +312,14 @@ export class PodManager {
   }
 
   /** One sync of a wanted pod: the plan, then its steps in order, then the status. */
-  async #sync(w: PodWorker): Promise<void> {
+  /** `listed`: the relist's observation of the pod, when newer than this worker's last sync. */
+  async #sync(w: PodWorker, listed?: ObservedPod): Promise<void> {
     const ctx = this.#stepContext(w.pod, w);
     const uid = w.pod.metadata!.uid!;
     const syncStarted = ctx.clock.now();
     const operation = w.status ? 'sync' : 'create';
     try {
-      const observed = await ctx.runtime.observePod(uid);
+      const observed = listed ?? (await ctx.runtime.observePod(uid));
       const now = ctx.clock.now();
       // A pod adopted already running (nodelet restarted) is not a pod start.
       if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) this.#firstSeen.delete(uid);
@@ -322,20 +332,23 @@ export class PodManager {
       await killContainers(ctx, w.pod, plan.kill);
       await startContainers(ctx, w, plan.start, sandbox, waiting, now);
       await collectGarbage(ctx, plan);
-      await this.#refreshStatus(ctx, w, sandbox.id, waiting);
+      // Nothing done: what was observed is still what runs (no second look at the runtime).
+      const idle = !plan.killPod && !plan.createSandbox && !plan.start.length && !plan.kill.length && !plan.removeContainers.length && !plan.removeSandboxes.length;
+      await this.#refreshStatus(ctx, w, sandbox.id, waiting, idle ? observed : undefined);
     } catch (err) {
       const msg = errorMessage(err);
       const quiet = err instanceof NodeletError && err.details.quiet === true;
       if (!quiet && w.status?.message !== msg) ctx.log.warn({ err: msg }, `pod sync failed: ${msg}`);
       w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
     }
+    this.#syncedSeq.set(w, ++this.#seq);
     this.#o.metrics.podWorkerDuration(operation, (ctx.clock.now() - syncStarted) / 1000);
   }
 
   /** The last step of a sync: what runs now, the probes told, the pod's status computed. */
-  async #refreshStatus(ctx: StepContext, w: PodWorker, sandboxId: string | undefined, waiting: Record<string, Waiting>): Promise<void> {
+  async #refreshStatus(ctx: StepContext, w: PodWorker, sandboxId: string | undefined, waiting: Record<string, Waiting>, current?: ObservedPod): Promise<void> {
     const pod = w.pod;
-    const observed = await ctx.runtime.observePod(pod.metadata!.uid!);
+    const observed = current ?? (await ctx.runtime.observePod(pod.metadata!.uid!));
     w.observed = observed;
     const running = observed.containers.filter((c) => c.state === 'running' && c.podSandboxId === sandboxId);
     this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), w.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1');

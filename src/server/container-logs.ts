@@ -395,6 +395,68 @@ async function readForward(fh: fsp.FileHandle, from: number, to: number, dec: Cr
   return { pos, more: !signal.aborted };
 }
 
+/**
+ * The file the runtime writes now, when it is no longer the one `cur` reads: the live log
+ * was rotated (renamed `<file>.<time>`, and a new file made at the path by CRI
+ * ReopenContainerLog). It is switched to only once the runtime has written to it (or the
+ * container stopped) and it was seen so at the previous poll too (`seen`): until then the
+ * runtime's old writer may still flush its last line into the old file. Only a regular
+ * file is opened, without following a link. Returns undefined to stay on `cur`.
+ */
+async function rotatedLog(file: string, cur: fsp.FileHandle, done: boolean, seen: { ino?: number }): Promise<fsp.FileHandle | undefined> {
+  let st: Awaited<ReturnType<typeof fsp.lstat>>;
+  try {
+    st = await fsp.lstat(file);
+  } catch {
+    seen.ino = undefined;
+    return undefined; // renamed, not reopened yet
+  }
+  const mine = await cur.stat();
+  if ((st.ino === mine.ino && st.dev === mine.dev) || !st.isFile() || (st.size === 0 && !done)) {
+    seen.ino = undefined;
+    return undefined;
+  }
+  if (seen.ino !== st.ino && !done) {
+    seen.ino = st.ino;
+    return undefined;
+  }
+  seen.ino = undefined;
+  let next: fsp.FileHandle;
+  try {
+    next = (await openRegularFile(file, { what: 'log file', noFollow: true })).handle;
+  } catch {
+    return undefined;
+  }
+  if ((await next.stat()).ino !== st.ino) {
+    await next.close();
+    return undefined;
+  }
+  return next;
+}
+
+/**
+ * Rotated files written after `cur`'s and before the live one, oldest first: what a
+ * follower that fell a rotation or more behind (a slow client) must read before the live
+ * file. Plain rotated files only (`<file>.<time>`): one already compressed is not read.
+ */
+async function rotatedBetween(file: string, cur: fsp.FileHandle, next: fsp.FileHandle): Promise<string[]> {
+  const dir = path.dirname(file);
+  const prefix = `${path.basename(file)}.`;
+  const [mine, live] = await Promise.all([cur.stat(), next.stat()]);
+  let names: string[];
+  try {
+    names = (await fsp.readdir(dir)).filter((n) => n.startsWith(prefix) && /^\d{8}-\d{6}$/.test(n.slice(prefix.length))).sort();
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  for (const n of names) {
+    const st = await fsp.lstat(path.join(dir, n)).catch(() => undefined);
+    if (st?.isFile() && st.ino !== mine.ino && st.ino !== live.ino && st.mtimeMs >= mine.mtimeMs) out.push(path.join(dir, n));
+  }
+  return out;
+}
+
 export interface FollowOptions {
   /** How often a follower looks for more (default 250 ms). */
   pollMs?: number;
@@ -406,11 +468,17 @@ export interface FollowOptions {
  * Writes the selected lines of the open log to `write` (awaiting it: backpressure); with
  * follow, keeps going until the instance stops or `signal` aborts. Closes `fh`.
  *
+ * Following reads by file handle, so a rotation (log-rotation.ts) loses nothing: when a
+ * new file appears at the path, the old handle is read to its end, then any file rotated
+ * in between (a follower more than one rotation behind), then the new file from its start,
+ * as the kubelet's ReadLogs reopens the path on a rename.
+ *
  * Memory is bounded by LOG_CHUNK, not by the file: `tailLines` finds where the tail starts
  * reading backwards (tailStart), `since` and `limitBytes` stream forwards and stop as soon
  * as the answer is complete. A follower holds one abort listener for its whole life.
  */
 export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOptions, write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal, f: FollowOptions = {}): Promise<void> {
+  let cur = fh;
   let wake: (() => void) | undefined;
   const onAbort = () => wake?.();
   signal.addEventListener('abort', onAbort, { once: true });
@@ -429,16 +497,38 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
     // Follow: what is appended, until the instance stops (then what is left) or the client goes.
     const pollMs = f.pollMs ?? 250;
     const clock = f.clock ?? realClock;
+    const seen: { ino?: number } = {};
     for (;;) {
       const done = !target.running();
-      const st = await fh.stat();
+      const st = await cur.stat();
       if (st.size < r.pos) {
         // Truncated under us: start over from its beginning.
         dec = new CriLogDecoder();
         r = { pos: 0, more: true };
       }
-      r = await readForward(fh, r.pos, st.size, dec, out, signal);
+      r = await readForward(cur, r.pos, st.size, dec, out, signal);
       if (!r.more) return;
+      const next = await rotatedLog(target.file, cur, done, seen);
+      if (next) {
+        // Rotated: the old file to its end, the ones rotated since, then the new one from its start.
+        const between = await rotatedBetween(target.file, cur, next).catch(() => []);
+        r = await readForward(cur, r.pos, (await cur.stat()).size, dec, out, signal);
+        await cur.close();
+        cur = next;
+        for (const file of between) {
+          if (!r.more) return;
+          const h = await openRegularFile(file, { what: 'log file', noFollow: true }).then((x) => x.handle, () => undefined);
+          if (!h) continue; // compressed or removed meanwhile
+          try {
+            r = await readForward(h, 0, (await h.stat()).size, dec, out, signal);
+          } finally {
+            await h.close();
+          }
+        }
+        if (!r.more) return;
+        r = { pos: 0, more: true };
+        continue;
+      }
       if (done) {
         await out.pieces(dec.finish());
         return;
@@ -453,6 +543,6 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
     }
   } finally {
     signal.removeEventListener('abort', onAbort);
-    await fh.close();
+    await cur.close();
   }
 }

@@ -108,7 +108,9 @@ export async function generateSelfSigned(hostname: string, sans: { dns: string[]
   // Loaded only here: @peculiar/x509 with reflect-metadata holds ~20 MB of RSS, and only the
   // run that generates a certificate needs it (bench/footprint.ts, bench/startup.ts).
   await import('reflect-metadata');
-  const x509 = await import('@peculiar/x509');
+  const mod = await import('@peculiar/x509');
+  // A CommonJS package: its namespace, or (bundled) its default export.
+  const x509 = 'X509CertificateGenerator' in mod ? mod : (mod as unknown as { default: typeof mod }).default;
   const subtle = crypto.webcrypto.subtle;
   const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
   const keys = (await subtle.generateKey(alg, true, ['sign', 'verify'])) as crypto.webcrypto.CryptoKeyPair;

@@ -16,6 +16,7 @@ import zlib from 'node:zlib';
 import YAML from 'yaml';
 import { realClock, type Clock } from '../../src/clock.js';
 import { DecodeError, checkFields, parseJsonStrict, parseYamlStrict } from './decode.js';
+import { injectFault } from './faults.js';
 import { SERVER_VERSION, apiGroup, apiGroupList, apiResourceList, apiVersions, openApiDocument, openApiIndex } from './discovery.js';
 import { NodeCidrAllocator } from './cidr.js';
 import { columnsFor } from './columns.js';
@@ -1133,6 +1134,7 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   const httpsServer = https.createServer(
     { key: fs.readFileSync(pki.serverKeyFile), cert: fs.readFileSync(pki.serverCertFile), ca, requestCert: true, rejectUnauthorized: false },
     (req, res) => {
+      if (injectFault(req, res)) return; // test/faults: rules a test added (none by default)
       void server.handle(req, res);
     },
   );

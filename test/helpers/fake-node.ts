@@ -8,6 +8,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { startFakeRuntime, type FakeRuntime } from '../cri/fake-runtime.js';
 import type { PodList } from 'kubernetes-types/core/v1.js';
+import { request, type Reply } from '../integration/server/client.js';
+import { createTestCa, type Issued } from '../integration/server/pki.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from './nodelet.js';
 
 /** A static pod running `sleep 3600` in busybox on the host network. */
@@ -29,6 +31,8 @@ export interface FakeNodeOptions {
   start?: boolean;
   /** A client CA (PEM): written to `<dir>/ca.crt`, client certificates required (no anonymous). */
   clientCA?: string;
+  /** A test CA made here (the client CA, as above) and a client certificate it issues, used by https(). */
+  client?: { cn: string; orgs?: string[] };
 }
 
 export interface FakeNode {
@@ -49,9 +53,19 @@ export interface FakeNode {
   servingCert(): string;
   /** Resolves once `n` pods show a running container on the read-only port. */
   podsRunning(n: number, timeoutMs?: number): Promise<void>;
+  /** The client certificate of `client` (when asked for). */
+  client?: Issued;
+  /** A request to nodelet's HTTPS port, trusting its serving certificate, with the client certificate when there is one. */
+  https(path: string, o?: { method?: string; anonymous?: boolean }): Promise<Reply>;
 }
 
 export async function startFakeNode(o: FakeNodeOptions = {}): Promise<FakeNode> {
+  let client: Issued | undefined;
+  if (o.client) {
+    const ca = await createTestCa();
+    client = await ca.issue({ cn: o.client.cn, orgs: o.client.orgs ?? [] });
+    o = { ...o, clientCA: ca.cert };
+  }
   const cri = await startFakeRuntime();
   const dir = tempDir(o.prefix ?? 'nodelet-test-');
   const manifests = path.join(dir, 'manifests');
@@ -76,7 +90,7 @@ export async function startFakeNode(o: FakeNodeOptions = {}): Promise<FakeNode> 
     authorization: '{mode: AlwaysAllow}',
     ...o.config,
   });
-  const args = ['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', rootDir, '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1', ...(o.args ?? [])];
+  const args = ['--config', path.join(dir, 'kubelet.yaml'), '--root-dir', rootDir, '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1', '--container-log-dir', path.join(dir, 'containers'), ...(o.args ?? [])];
   const node: FakeNode = {
     cri,
     dir,
@@ -97,6 +111,11 @@ export async function startFakeNode(o: FakeNodeOptions = {}): Promise<FakeNode> 
       fs.rmSync(dir, { recursive: true, force: true });
     },
     servingCert: () => fs.readFileSync(path.join(rootDir, 'pki', 'kubelet.crt'), 'utf8'),
+    ...(client ? { client } : {}),
+    https(p, ro = {}) {
+      const creds = client && !ro.anonymous ? { cert: client.cert, key: client.key } : {};
+      return request(`https://127.0.0.1:${ports.https}${p}`, { ...(ro.method ? { method: ro.method } : {}), ca: node.servingCert(), ...creds });
+    },
     async podsRunning(n, timeoutMs = 20_000) {
       await eventually(async () => {
         const res = await fetch(`http://127.0.0.1:${ports.readOnly}/pods`);

@@ -3,7 +3,9 @@
  * forwards bytes both ways (TLS passes through untouched), and on demand drops every open
  * connection (`dropAll`), refuses new ones as a server that is gone would (`refuse`: the
  * port is closed, so connects fail with ECONNREFUSED), and comes back on the same port
- * (`restore`). Loopback only.
+ * (`restore`). Loopback only. `silence()` accepts connections and never answers (a
+ * server that hangs, or a black hole on the way): bytes are read and dropped, nothing is
+ * forwarded, until `restore()`, which drops those connections.
  */
 import net from 'node:net';
 
@@ -12,6 +14,7 @@ export class TcpProxy {
   readonly #sockets = new Set<net.Socket>();
   #server: net.Server | undefined;
   #port = 0;
+  #silent = false;
   /** Connections accepted since start. */
   accepted = 0;
 
@@ -43,6 +46,12 @@ export class TcpProxy {
   #listen(port: number): Promise<void> {
     const server = net.createServer((client) => {
       this.accepted++;
+      if (this.#silent) {
+        // Accepted, read, never answered; closed only by dropAll/restore.
+        this.#sockets.add(client);
+        client.on('data', () => {}).on('error', () => {}).on('close', () => this.#sockets.delete(client));
+        return;
+      }
       const upstream = net.connect(this.#target.port, this.#target.host);
       this.#sockets.add(client);
       this.#sockets.add(upstream);
@@ -54,8 +63,9 @@ export class TcpProxy {
       };
       client.on('error', end).on('close', end);
       upstream.on('error', end).on('close', end);
-      client.pipe(upstream);
-      upstream.pipe(client);
+      // Forwarded unless silenced: then bytes of open connections are dropped too (a black hole).
+      client.on('data', (d: Buffer) => this.#silent || upstream.write(d));
+      upstream.on('data', (d: Buffer) => this.#silent || client.write(d));
     });
     return new Promise((resolve, reject) => {
       server.once('error', reject);
@@ -82,9 +92,18 @@ export class TcpProxy {
     if (s) await new Promise<void>((resolve) => s.close(() => resolve()));
   }
 
-  /** Listens again on the same port. */
+  /** Listens again on the same port; after silence(), drops the silent connections and forwards again. */
   async restore(): Promise<void> {
+    if (this.#silent) {
+      this.#silent = false;
+      this.dropAll();
+    }
     if (!this.#server) await this.#listen(this.#port);
+  }
+
+  /** From now on nothing is forwarded: open connections go quiet, new ones are accepted and never answered, until restore(). */
+  silence(): void {
+    this.#silent = true;
   }
 
   async close(): Promise<void> {

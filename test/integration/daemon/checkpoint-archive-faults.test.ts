@@ -9,27 +9,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
-import { request } from '../server/client.js';
-import { createTestCa, type Issued } from '../server/pki.js';
 
 let node: FakeNode;
 let dir: string;
-let port: number;
-let serverCa: string;
-let client: Issued;
 
 beforeAll(async () => {
-  const ca = await createTestCa();
-  client = await ca.issue({ cn: 'forensics', orgs: ['ops'] });
-  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, clientCA: ca.cert });
-  ({ dir, ports: { https: port } } = node);
+  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, client: { cn: 'forensics', orgs: ['ops'] } });
+  dir = node.dir;
   await node.podsRunning(1);
-  serverCa = node.servingCert();
 });
 
 afterAll(() => node?.close());
 
-const checkpoint = () => request(`https://127.0.0.1:${port}/checkpoint/shop/app-n1/web`, { method: 'POST', ca: serverCa, cert: client.cert, key: client.key });
+const checkpoint = () => node.https(`/checkpoint/shop/app-n1/web`, { method: 'POST' });
 const archives = () => (fs.existsSync(path.join(dir, 'root', 'checkpoints')) ? fs.readdirSync(path.join(dir, 'root', 'checkpoints')) : []);
 
 describe('checkpoint archives are verified whole before the 200', () => {

@@ -10,39 +10,30 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeNode, sleeperManifest, type FakeNode } from '../../helpers/fake-node.js';
 import { eventually, runNodelet } from '../../helpers/nodelet.js';
-import { request } from '../server/client.js';
-import { createTestCa, type Issued } from '../server/pki.js';
 
 let node: FakeNode;
 let dir: string;
-let port: number;
-let serverCa: string;
-let client: Issued;
 
 beforeAll(async () => {
-  const ca = await createTestCa();
-  client = await ca.issue({ cn: 'forensics', orgs: ['ops'] });
-  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, clientCA: ca.cert, args: ['--checkpoint-retention', '2'] });
-  ({ dir, ports: { https: port } } = node);
+  node = await startFakeNode({ manifests: { 'app.yaml': sleeperManifest('app', 'shop') }, client: { cn: 'forensics', orgs: ['ops'] }, args: ['--checkpoint-retention', '2'] });
+  dir = node.dir;
   await node.podsRunning(1);
-  serverCa = node.servingCert();
 });
 
 afterAll(() => node?.close());
 
-const url = (p: string) => `https://127.0.0.1:${port}${p}`;
 
 describe('POST /checkpoint through the daemon', () => {
   it('serves with a self-signed certificate generated into <root-dir>/pki (key 0600), and refuses a client without a certificate', async () => {
     expect(fs.statSync(path.join(dir, 'root', 'pki', 'kubelet.key')).mode & 0o777).toBe(0o600);
-    const r = await request(url('/checkpoint/shop/app-n1/web'), { method: 'POST', ca: serverCa });
+    const r = await node.https('/checkpoint/shop/app-n1/web', { method: 'POST', anonymous: true });
     expect(r.status).toBe(401);
   });
 
   it('writes 0600 tar archives, keeps the newest --checkpoint-retention of them, lists them, and inspect reads one', async () => {
     const archives: string[] = [];
     for (let i = 0; i < 3; i++) {
-      const r = await request(url('/checkpoint/shop/app-n1/web'), { method: 'POST', ca: serverCa, cert: client.cert, key: client.key });
+      const r = await node.https('/checkpoint/shop/app-n1/web', { method: 'POST' });
       expect(r.status).toBe(200);
       expect(r.headers['content-type']).toMatch(/^application\/json/);
       const body = r.json() as { items: string[] };
@@ -58,7 +49,7 @@ describe('POST /checkpoint through the daemon', () => {
     await eventually(() => !fs.existsSync(archives[0]!), 5000);
     expect(fs.existsSync(archives[1]!) && fs.existsSync(archives[2]!)).toBe(true);
 
-    const list = await request(url('/checkpoints'), { ca: serverCa, cert: client.cert, key: client.key });
+    const list = await node.https('/checkpoints');
     expect(list.status).toBe(200);
     const items = (list.json() as { items: { path: string; pod: string; namespace: string; container: string; sha256: string; size: number }[] }).items;
     expect(items.map((i) => i.path).sort()).toEqual([archives[1], archives[2]].sort());
@@ -82,7 +73,7 @@ describe('POST /checkpoint through the daemon', () => {
     await new Promise((r) => setTimeout(r, 1000 - (Date.now() % 1000) + 5));
     const answered: string[] = [];
     for (let i = 0; i < 5; i++) {
-      const r = await request(url('/checkpoint/shop/app-n1/web'), { method: 'POST', ca: serverCa, cert: client.cert, key: client.key });
+      const r = await node.https('/checkpoint/shop/app-n1/web', { method: 'POST' });
       expect(r.status).toBe(200);
       const p = (r.json() as { items: string[] }).items[0]!;
       expect(fs.existsSync(p), `answer ${i + 1}: ${p} exists`).toBe(true);

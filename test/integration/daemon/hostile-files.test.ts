@@ -129,7 +129,7 @@ describe('hostile files in staticPodPath', () => {
       await nodelet.waitFor((r) => r.file === path.join(manifests, name), 10_000);
       took[name] = Math.round(performance.now() - start);
     }
-    // Two more rescans (1 s each): nothing is read or logged again.
+    // A few more seconds (inotify events from the renames, any rescan): nothing is read or logged again.
     await new Promise((r) => setTimeout(r, 2500));
     const s = await poller.stop();
 

@@ -55,7 +55,7 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
     authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
     authorization: '{mode: AlwaysAllow}',
   });
-  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
+  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, '--container-log-dir', path.join(dir, 'containers'), ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
   const node: PodNode = {
     dir,

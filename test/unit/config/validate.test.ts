@@ -55,6 +55,7 @@ const PROBLEMS: Array<[string, Record<string, unknown>, string, RegExp]> = [
   ['eviction percentage above 100', { evictionHard: { 'nodefs.available': '110%' } }, 'evictionHard.nodefs.available', /must be <= 100%/],
   ['eviction zero quantity', { evictionHard: { 'memory.available': '0' } }, 'evictionHard.memory.available', /must be positive/],
   ['eviction unknown signal', { evictionHard: { 'disk.available': '1Gi' } }, 'evictionHard.disk.available', /^unsupported eviction signal disk\.available/],
+  ['container log max size garbage', { containerLogMaxSize: '10 megs' }, 'containerLogMaxSize', /"10 megs" is not a valid quantity/],
   // feature gates
   ['unknown feature gate', { featureGates: { NoSuchGate: true } }, 'featureGates.NoSuchGate', /^unrecognized feature gate: NoSuchGate$/],
   ['locked feature gate', { featureGates: { NodeSwap: false } }, 'featureGates.NodeSwap', /locked to true/],

@@ -331,3 +331,85 @@ describe('openLog', () => {
     await expect(openLog({ file: '/dev/null', running: () => true }, 'app')).rejects.toThrow('log file null of container "app" is a character device, not a regular file');
   });
 });
+
+describe('follow across a rotation', () => {
+  const rec = (i: number) => `2026-11-23T06:00:${String(i % 60).padStart(2, '0')}Z stdout F n${i}\n`;
+  const recs = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => rec(from + k)).join('');
+  const want = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => `n${from + k}\n`).join('');
+
+  /** Follows `file` from its start; `script(step)` runs at each poll (the clock's sleep), until it returns false. */
+  async function follow(file: string, script: (step: number) => Promise<boolean>): Promise<string> {
+    const clock = new VirtualClock();
+    let alive = true;
+    const target = { file, running: () => alive };
+    const chunks: Buffer[] = [];
+    const done = streamLogs(await openLog(target, 'app'), target, opts({ follow: true }), (b) => void chunks.push(Buffer.from(b)), new AbortController().signal, { pollMs: 250, clock });
+    for (let step = 0; ; step++) {
+      await clock.whenSleeping();
+      if (!(await script(step))) break;
+      await clock.advanceToNext();
+    }
+    alive = false;
+    await clock.advanceToNext();
+    await done;
+    return Buffer.concat(chunks).toString('utf8');
+  }
+
+  it('finishes the renamed file (late writes included), then reads the new one from its start: no line lost or repeated', async () => {
+    const d = await fsp.mkdtemp(path.join(dir, 'rot-'));
+    const file = path.join(d, '0.log');
+    await fsp.writeFile(file, recs(1, 3));
+    const out = await follow(file, async (step) => {
+      if (step === 1) await fsp.appendFile(file, recs(4, 5));
+      if (step === 2) {
+        // The rotation: renamed; the runtime's writer still appends to the old file until it reopens.
+        await fsp.rename(file, `${file}.20261123-060000`);
+        await fsp.appendFile(`${file}.20261123-060000`, recs(6, 7));
+      }
+      if (step === 3) await fsp.writeFile(file, ''); // reopened, nothing written yet
+      if (step === 4) await fsp.appendFile(file, recs(9, 10));
+      // The old writer flushes its last line just after the new one wrote its first: the follower waited a poll for it.
+      if (step === 5) await fsp.appendFile(`${file}.20261123-060000`, rec(8));
+      if (step === 6) await fsp.appendFile(file, recs(11, 12));
+      return step < 8;
+    });
+    expect(out).toBe(want(1, 12));
+  });
+
+  it('a follower two rotations behind reads the file rotated in between too', async () => {
+    const d = await fsp.mkdtemp(path.join(dir, 'rot2-'));
+    const file = path.join(d, '0.log');
+    await fsp.writeFile(file, recs(1, 2));
+    const out = await follow(file, async (step) => {
+      if (step === 1) {
+        // Two rotations within one poll (a follower stalled by a slow client).
+        await fsp.rename(file, `${file}.20261123-060000`);
+        await fsp.appendFile(`${file}.20261123-060000`, rec(3));
+        await fsp.writeFile(file, recs(4, 5));
+        await fsp.rename(file, `${file}.20261123-060010`);
+        await fsp.writeFile(file, recs(6, 7));
+        // An older rotated file of the same log is not re-read.
+        await fsp.writeFile(`${file}.20261123-050000`, recs(90, 91));
+        await fsp.utimes(`${file}.20261123-050000`, new Date(2020, 0, 1), new Date(2020, 0, 1));
+      }
+      if (step === 4) await fsp.appendFile(file, rec(8));
+      return step < 6;
+    });
+    expect(out).toBe(want(1, 8));
+  });
+
+  it('a container that stops right after a rotation: the new file is read even if empty, then the follower ends', async () => {
+    const d = await fsp.mkdtemp(path.join(dir, 'rot3-'));
+    const file = path.join(d, '0.log');
+    await fsp.writeFile(file, recs(1, 2));
+    const out = await follow(file, async (step) => {
+      if (step === 1) {
+        await fsp.rename(file, `${file}.20261123-060000`);
+        await fsp.appendFile(`${file}.20261123-060000`, rec(3));
+        await fsp.writeFile(file, '');
+      }
+      return step < 1;
+    });
+    expect(out).toBe(want(1, 3));
+  });
+});

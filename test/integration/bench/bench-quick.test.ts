@@ -1,0 +1,34 @@
+/**
+ * Every benchmark of `npm run bench` runs once with `--quick` (tiny counts, nothing written
+ * to BENCHMARKS.md), so none of them rots. Not a timed test: only that each completes and
+ * prints its table. Needs the build (dist/bench) and root (the benchmark containerd).
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { projectRoot } from '../../helpers/nodelet.js';
+
+/** Each with its share of a 60 s budget (ms). */
+const BENCHES: [string, number][] = [
+  ['config-dropins', 7_000],
+  ['startup', 10_000],
+  ['static-start', 14_000],
+  ['footprint', 28_000],
+];
+
+describe('benchmarks (--quick)', () => {
+  for (const [name, budgetMs] of BENCHES) {
+    it(`${name} runs`, () => {
+      const file = path.join(projectRoot, 'dist/bench', `${name}.js`);
+      expect(fs.existsSync(file), `${file}: run npm run build`).toBe(true);
+      const before = fs.readFileSync(path.join(projectRoot, 'BENCHMARKS.md'), 'utf8');
+      const r = spawnSync(process.execPath, [file, '--quick'], { encoding: 'utf8', timeout: budgetMs });
+      expect(r.status, `${name}: ${r.stderr}`).toBe(0);
+      expect(r.stdout).toMatch(/^## .*\(`bench\//m);
+      expect(r.stdout).toMatch(/\| (ratio|target) \|/);
+      // --quick never writes its figures.
+      expect(fs.readFileSync(path.join(projectRoot, 'BENCHMARKS.md'), 'utf8')).toBe(before);
+    }, budgetMs + 2_000);
+  }
+});

@@ -1,0 +1,206 @@
+/**
+ * Container log rotation on a real containerd (a containerd of this file's own), as the
+ * kubelet's: a container writing numbered lines fast, `containerLogMaxSize: 64Ki`,
+ * `containerLogMaxFiles: 4`, `containerLogMonitorInterval: 1s`.
+ *
+ * - at no time are there more than 4 files of the container's log (sampled every 25 ms);
+ * - every rotated file but the newest is gzip, and the files, oldest to newest, hold a
+ *   contiguous run of the numbers ending with the last one written (nothing lost or
+ *   repeated at a rotation; only the oldest files were deleted);
+ * - size bound: a file is rotated at most one monitor interval (plus 1 s for the turn on
+ *   this shared machine) after it reached 64Ki, read from the CRI timestamps of its own
+ *   records, so each rotated file is under 64Ki plus what the container wrote in that time;
+ * - a follower (`/containerLogs/...?follow=true`) from the start sees 1..N, no hole;
+ * - `/var/log/containers`-style link (`--container-log-dir`, a temp dir here) exists while
+ *   the container lives, points at its live log, and is gone after the pod.
+ */
+import fs from 'node:fs';
+import https from 'node:https';
+import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureContainerd } from '../../helpers/containerd.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
+import { busyboxPod, NODE_NAME, runtimePods } from './harness.js';
+
+const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-logrotate';
+const MAX_SIZE = 64 * 1024;
+const MAX_FILES = 4;
+const INTERVAL_MS = 1000;
+/**
+ * Lines the container writes: bursts of 50 records (~130 bytes each) with 20 ms pauses; busybox
+ * here writes ~700 a second (bursts faster), so the log crosses 64Ki at nearly every 1 s turn
+ * for ~11 s: 5 or more rotations.
+ */
+const LINES = 8_000;
+
+let dir: string;
+let linkDir: string;
+let logsDir: string;
+let manifests: string;
+let port: number;
+let readOnlyPort: number;
+let nodelet: NodeletProcess;
+let cri: CriClient;
+
+beforeAll(async () => {
+  const { endpoint } = await ensureContainerd({ dir: CONTAINERD_DIR });
+  dir = tempDir('nodelet-logrot-');
+  linkDir = path.join(dir, 'containers');
+  logsDir = path.join(dir, 'pods');
+  manifests = path.join(dir, 'manifests');
+  fs.mkdirSync(manifests);
+  fs.mkdirSync(path.join(dir, 'trigger'));
+  port = await freePort();
+  readOnlyPort = await freePort();
+  const config = writeKubeletConfig(dir, {
+    staticPodPath: manifests,
+    containerRuntimeEndpoint: endpoint,
+    podLogsDir: logsDir,
+    readOnlyPort,
+    port,
+    address: '127.0.0.1',
+    healthzPort: 0,
+    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
+    authorization: '{mode: AlwaysAllow}',
+    containerLogMaxSize: '64Ki',
+    containerLogMaxFiles: MAX_FILES,
+    containerLogMonitorInterval: '1s',
+  });
+  cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+  nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, '--container-log-dir', linkDir]);
+  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+}, 300_000);
+
+afterAll(async () => {
+  for (const f of fs.readdirSync(manifests ?? '/nonexistent')) fs.rmSync(path.join(manifests, f));
+  if (cri) await eventually(async () => (await runtimePods(cri)).length === 0, 60_000).catch(() => undefined);
+  nodelet?.kill('SIGTERM');
+  await nodelet?.exited;
+  cri?.close();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+}, 90_000);
+
+async function pod(name: string): Promise<Pod | undefined> {
+  const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
+  return ((await res.json()) as PodList).items.find((p) => p.metadata?.name === `${name}-${NODE_NAME}`);
+}
+
+/** The numbers of CRI records (`<time> stdout F <n> <pad>`) and their times, in order. */
+function records(text: string): { n: number; ms: number; bytes: number }[] {
+  return text
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => {
+      const [ts, , , n] = l.split(' ');
+      return { n: Number(n), ms: Date.parse(ts!), bytes: Buffer.byteLength(l) + 1 };
+    });
+}
+
+/** Follows the container's log; `seen()` is the numbers read so far (checked for holes as they come). */
+function follow(url: string) {
+  const nums: number[] = [];
+  let rest = '';
+  let req: ReturnType<typeof https.get> | undefined;
+  const opened = new Promise<void>((resolve, reject) => {
+    req = https.get(url, { rejectUnauthorized: false }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`follow answered ${res.statusCode}`));
+      resolve();
+      res.setEncoding('utf8').on('data', (d: string) => {
+        const lines = (rest + d).split('\n');
+        rest = lines.pop()!;
+        for (const l of lines) nums.push(Number(l.split(' ')[0]));
+      });
+      res.on('error', () => {});
+    });
+    req.on('error', reject);
+  });
+  return { opened, nums, close: () => req?.destroy() };
+}
+
+describe('container log rotation on containerd', () => {
+  it('keeps at most containerLogMaxFiles files, gzips as the kubelet, loses nothing, and a follower sees every line; the log link lives with the container', async () => {
+    const pad = 'x'.repeat(88);
+    const script = `echo 0 ready; while [ ! -e /trigger/go ]; do usleep 20000; done; i=0; while [ $i -lt ${LINES} ]; do for j in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50; do i=$((i+1)); echo "$i ${pad}"; done; usleep 20000; done; sleep 3600`;
+    const manifest = busyboxPod('chatty', script, {
+      container: { volumeMounts: [{ name: 'trigger', mountPath: '/trigger' }] },
+      spec: { volumes: [{ name: 'trigger', hostPath: { path: path.join(dir, 'trigger'), type: 'Directory' } }] },
+    });
+    fs.writeFileSync(path.join(manifests, 'chatty.json'), JSON.stringify(manifest));
+    const running = await eventually(async () => {
+      const p = await pod('chatty');
+      return p?.status?.containerStatuses?.[0]?.state?.running ? p : undefined;
+    }, 60_000);
+    const m = running.metadata!;
+    const id = running.status!.containerStatuses![0]!.containerID!.replace('containerd://', '');
+    const logDir = path.join(logsDir, `${m.namespace}_${m.name}_${m.uid}`, 'main');
+    const live = path.join(logDir, '0.log');
+
+    // The link shippers read: made when the container started, to its live log.
+    const link = path.join(linkDir, `${m.name}_${m.namespace}_main-${id}.log`);
+    expect(fs.readlinkSync(link)).toBe(live);
+
+    // Follow from the start (its first line read: it is there), then let the container write.
+    const f = follow(`https://127.0.0.1:${port}/containerLogs/${m.namespace}/${m.name}/main?follow=true`);
+    await f.opened;
+    await eventually(() => f.nums[0] === 0, 10_000, 50);
+    let most = 0;
+    const rotatedSeen = new Set<string>();
+    const sampler = setInterval(() => {
+      const names = fs.readdirSync(logDir).filter((n) => n === '0.log' || n.startsWith('0.log.'));
+      most = Math.max(most, names.length);
+      for (const n of names) if (n !== '0.log') rotatedSeen.add(n.replace(/\.(gz|tmp)$/, ''));
+    }, 25);
+    const started = Date.now();
+    fs.writeFileSync(path.join(dir, 'trigger', 'go'), '');
+    try {
+      // Every line reaches the follower, across every rotation.
+      await eventually(() => f.nums.length > LINES, 90_000, 200);
+      // The writer is done: one more turn rotates what is left over the size, then nothing moves.
+      await new Promise((r) => setTimeout(r, 3 * INTERVAL_MS));
+    } finally {
+      clearInterval(sampler);
+      f.close();
+    }
+    const elapsed = (Date.now() - started) / 1000;
+    expect(f.nums.slice(0, LINES + 1)).toEqual(Array.from({ length: LINES + 1 }, (_, i) => i));
+    expect(rotatedSeen.size).toBeGreaterThanOrEqual(4);
+    expect(most).toBeLessThanOrEqual(MAX_FILES);
+
+    // The files now: the live one, the newest rotated one plain, the older ones gzip.
+    const names = fs.readdirSync(logDir).sort();
+    const rotated = names.filter((n) => n !== '0.log');
+    expect(rotated.length).toBe(MAX_FILES - 1);
+    expect(rotated.every((n) => /^0\.log\.\d{8}-\d{6}(\.gz)?$/.test(n))).toBe(true);
+    expect(rotated.slice(0, -1).every((n) => n.endsWith('.gz'))).toBe(true);
+    expect(rotated.at(-1)!.endsWith('.gz')).toBe(false);
+    const texts = [...rotated, '0.log'].map((n) => {
+      const b = fs.readFileSync(path.join(logDir, n));
+      return n.endsWith('.gz') ? gunzipSync(b).toString() : b.toString();
+    });
+    const all = texts.flatMap(records).map((r) => r.n);
+    expect(all.at(-1)).toBe(LINES);
+    expect(all).toEqual(Array.from({ length: all.length }, (_, i) => all[0]! + i));
+
+    // Size bound: each rotated file was rotated within a monitor interval (+1 s for the turn) of reaching the size.
+    let worstLagMs = 0;
+    let biggest = 0;
+    for (const t of texts.slice(0, -1)) {
+      const recs = records(t);
+      let size = 0;
+      const crossing = recs.find((r) => (size += r.bytes) >= MAX_SIZE)!;
+      expect(crossing).toBeDefined();
+      worstLagMs = Math.max(worstLagMs, recs.at(-1)!.ms - crossing.ms);
+      biggest = Math.max(biggest, Buffer.byteLength(t));
+    }
+    expect(worstLagMs).toBeLessThanOrEqual(INTERVAL_MS + 1000);
+    console.log(`log rotation: ${LINES} lines in ${elapsed.toFixed(1)} s, ${rotatedSeen.size} rotations, at most ${most} files, biggest rotated file ${biggest} bytes, rotated at most ${worstLagMs} ms after reaching ${MAX_SIZE} bytes`);
+
+    // The pod goes: its link goes with its container.
+    fs.rmSync(path.join(manifests, 'chatty.json'));
+    await eventually(async () => (await runtimePods(cri)).length === 0, 60_000);
+    await eventually(() => !fs.existsSync(link) && !fs.readdirSync(linkDir).length, 10_000);
+  }, 180_000);
+});
