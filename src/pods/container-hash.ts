@@ -12,6 +12,7 @@
  * hex, no padding.
  */
 import type { Container } from 'kubernetes-types/core/v1.js';
+import { fnv32a } from '../system/fnv.js';
 
 /**
  * A string as Go's encoding/json writes it (json.Marshal, HTML escaping on): like
@@ -35,16 +36,6 @@ export function hashedFieldsJson(c: Pick<Container, 'name' | 'image'>): string {
   return `{"image":${goJsonString(c.image ?? '')},"name":${goJsonString(c.name ?? '')}}`;
 }
 
-/** 32-bit FNV-1a of the bytes of `text` (UTF-8). */
-export function fnv32a(text: string): number {
-  let h = 0x811c9dc5;
-  for (const b of Buffer.from(text, 'utf8')) {
-    h ^= b;
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h >>> 0;
-}
-
 /** The kubelet's HashContainer value of `c`, as a number. */
 export function hashContainer(c: Pick<Container, 'name' | 'image'>): number {
   const bytes = Buffer.from(hashedFieldsJson(c), 'utf8');
@@ -56,3 +47,5 @@ export function hashContainer(c: Pick<Container, 'name' | 'image'>): number {
 export function containerHash(c: Pick<Container, 'name' | 'image'>): string {
   return hashContainer(c).toString(16);
 }
+
+export { fnv32a };

@@ -35,6 +35,7 @@ import { errorMessage, isNodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { LoopOwner } from '../loop.js';
 import type { RuntimeService } from '../runtime/types.js';
+import { ifExists } from '../system/fs-util.js';
 
 /** The kubelet's suffixes: compressed rotated logs, and the temporary file a compression writes first. */
 export const COMPRESS_SUFFIX = '.gz';
@@ -202,11 +203,11 @@ export class ContainerLogManager extends LoopOwner {
   async #container(id: string, turn: RotationTurn): Promise<void> {
     const log = await this.#logPath(id);
     if (!log) return;
-    let st = await lstatOrUndefined(log);
+    let st = await ifExists(fsp.lstat(log));
     if (!st) {
       // Missing (a failed reopen earlier, someone removed it): the runtime recreates it.
       await this.#reopen(id);
-      st = await lstatOrUndefined(log);
+      st = await ifExists(fsp.lstat(log));
       if (!st) return;
     }
     if (!st.isFile()) return;
@@ -267,15 +268,6 @@ export class ContainerLogManager extends LoopOwner {
   async #reopen(id: string): Promise<void> {
     if (!this.#o.runtime.reopenContainerLog) throw new Error('the runtime client cannot reopen container logs');
     await this.#o.runtime.reopenContainerLog(id);
-  }
-}
-
-async function lstatOrUndefined(file: string) {
-  try {
-    return await fsp.lstat(file);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
   }
 }
 

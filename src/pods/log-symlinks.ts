@@ -13,6 +13,7 @@
  */
 import fsp from 'node:fs/promises';
 import path from 'node:path';
+import { readdirOrEmpty } from '../system/fs-util.js';
 
 /** The kubelet's ContainerLogsDir. */
 export const DEFAULT_CONTAINER_LOG_DIR = '/var/log/containers';
@@ -61,13 +62,7 @@ export async function removeLogSymlink(link: string): Promise<void> {
  * their sandbox, or from before a restart. Only symbolic links ending `.log` are read.
  */
 export async function removePodLogSymlinks(dir: string, podLogsDir: string, uid: string): Promise<void> {
-  let names: string[];
-  try {
-    names = await fsp.readdir(dir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw err;
-  }
+  const names = await readdirOrEmpty(dir);
   const root = path.resolve(podLogsDir);
   for (const n of names) {
     if (!n.endsWith(SUFFIX)) continue;

@@ -22,6 +22,7 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { NodeletError, errorMessage } from '../errors.js';
+import { ifExists } from '../system/fs-util.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
 /** O_PATH (Linux): a descriptor that names an inode without opening it for IO; Node has no constant for it. */
@@ -243,22 +244,12 @@ export async function removeTree(dir: string, mounter: Mounter): Promise<void> {
   if (!real) return;
   const mounted = (await mounter.mountPoints()).filter((m) => under(real, m));
   if (mounted.length) throw new NodeletError('INTERNAL', `will not remove ${dir}: ${mounted.join(', ')} ${mounted.length === 1 ? 'is a mount point' : 'are mount points'}`);
-  const st = await lstatOrUndefined(real);
+  const st = await ifExists(fsp.lstat(real));
   if (st) await removeWalk(real, st.dev);
 }
 
-/** lstat, or undefined when the path does not exist. */
-async function lstatOrUndefined(p: string): Promise<fs.Stats | undefined> {
-  try {
-    return await fsp.lstat(p);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
-}
-
 async function removeWalk(p: string, dev: number): Promise<void> {
-  const st = await lstatOrUndefined(p);
+  const st = await ifExists(fsp.lstat(p));
   if (!st) return;
   if (st.dev !== dev) throw new NodeletError('INTERNAL', `will not remove ${p}: it is on another filesystem (a mount point)`);
   if (st.isDirectory()) {

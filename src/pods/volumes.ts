@@ -23,6 +23,7 @@ import type { Mount, MountPropagation } from '../runtime/types.js';
 import { expand } from './env.js';
 import { isDnsLabel, isDnsSubdomain, isPodUid } from './pod-validation.js';
 import { bindSubPath, hostMounter, removeTree, subPathTarget, unmountUnder, type Mounter } from './subpath.js';
+import { ifExists, readdirOrEmpty } from '../system/fs-util.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
 
@@ -52,22 +53,13 @@ const FILE_TYPES: Record<string, { test: (s: import('node:fs').Stats) => boolean
   BlockDevice: { test: (s) => s.isBlockDevice(), what: 'a block device' },
 };
 
-async function statOrUndefined(p: string) {
-  try {
-    return await fs.stat(p);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
-}
-
 /** Checks (and per its type creates) a hostPath; the kubelet's messages. */
 async function hostPathReady(volume: string, p: string, type: string | undefined): Promise<void> {
   const fail = (msg: string) => new NodeletError('INVALID_ARGUMENT', `volume "${volume}": hostPath type check failed: ${msg}`, REASON);
   if (!path.isAbsolute(p)) throw fail(`${p} is not an absolute path`);
   const t = type ?? '';
   if (t === '') return;
-  const st = await statOrUndefined(p);
+  const st = await ifExists(fs.stat(p));
   if (t === 'DirectoryOrCreate') {
     if (!st) await fs.mkdir(p, { recursive: true, mode: 0o755 });
     else if (!st.isDirectory()) throw fail(`${p} is not a directory`);
@@ -170,14 +162,7 @@ export function podLogDir(podLogsDir: string, namespace: string, name: string, u
  */
 export async function removePodLogDirs(podLogsDir: string, uid: string, mounter: Mounter = hostMounter): Promise<void> {
   if (!isPodUid(uid)) return;
-  let names: string[];
-  try {
-    names = await fs.readdir(podLogsDir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw err;
-  }
-  for (const n of names) {
+  for (const n of await readdirOrEmpty(podLogsDir)) {
     const parts = n.split('_');
     if (parts.length !== 3 || parts[2] !== uid || !isDnsLabel(parts[0]) || !isDnsSubdomain(parts[1])) continue;
     await removeTree(path.join(podLogsDir, n), mounter);

@@ -21,6 +21,7 @@ import path from 'node:path';
 import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { FILE_LIMITS, readBoundedText, readFailure } from '../system/safe-file.js';
+import { exists } from '../system/fs-util.js';
 
 export const SELF_SIGNED_CERT_NAME = 'kubelet.crt';
 export const SELF_SIGNED_KEY_NAME = 'kubelet.key';
@@ -194,15 +195,6 @@ async function readExisting(certFile: string, keyFile: string): Promise<{ ok: tr
       return { ok: false, reason: c || k ? `${c ? keyFile : certFile} is missing` : 'missing' };
     }
     return { ok: false, reason: errorMessage(err) };
-  }
-}
-
-async function exists(p: string): Promise<boolean> {
-  try {
-    await fsp.lstat(p);
-    return true;
-  } catch {
-    return false;
   }
 }
 

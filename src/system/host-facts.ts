@@ -19,6 +19,7 @@ import type { NodeSwap } from '../pods/swap.js';
 import { createCriClient, type CriClient } from '../runtime/cri-client.js';
 import { effectiveCgroupDriver, refusals, runHostChecks, type HostCheckResult, type HostFacts, type RuntimeDriverFact } from './host-checks.js';
 import { readBoundedText } from './safe-file.js';
+import { exists } from './fs-util.js';
 
 /** The sysctls the spec's table names. */
 export const CHECKED_SYSCTLS = [
@@ -55,15 +56,6 @@ export interface HostFactsOptions {
 export function hostFactsOptionsFromEnv(env: NodeJS.ProcessEnv): Pick<HostFactsOptions, 'swapsFile'> {
   const f = env.NODELET_TEST_PROC_SWAPS;
   return f ? { swapsFile: path.resolve(f) } : {};
-}
-
-async function exists(p: string): Promise<boolean> {
-  try {
-    await fs.access(p);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function readText(file: string, what: string): Promise<string | undefined> {

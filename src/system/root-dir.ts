@@ -21,6 +21,7 @@ import path from 'node:path';
 import { errorMessage } from '../errors.js';
 import type { Logger } from '../log.js';
 import { readBoundedText } from './safe-file.js';
+import { fnv32a } from './fnv.js';
 
 /** The kubelet's directories under the root dir, with the modes it creates them with. */
 export const ROOT_DIR_LAYOUT: ReadonlyArray<{ dir: string; mode: number; enforce?: boolean }> = [
@@ -107,16 +108,6 @@ export interface DeviceCheckpointData {
   RegisteredDevices: Record<string, string[] | null> | null;
 }
 
-/** FNV-1a, 32 bits, over UTF-8 bytes (Go's hash/fnv New32a). */
-export function fnv1a32(text: string): number {
-  let h = 0x811c9dc5;
-  for (const b of Buffer.from(text, 'utf8')) {
-    h ^= b;
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h >>> 0;
-}
-
 const strList = (l: readonly string[] | null | undefined): string => (l == null ? '<nil>' : `[${l.join(' ')}]`);
 
 /**
@@ -146,7 +137,7 @@ export function spewCheckpointData(d: DeviceCheckpointData): string {
 
 /** The checkpointmanager's checksum of the device manager's data (checksum.New(cp.Data)). */
 export function deviceCheckpointChecksum(d: DeviceCheckpointData): number {
-  return fnv1a32(spewCheckpointData(d));
+  return fnv32a(spewCheckpointData(d));
 }
 
 /** The file's JSON, as MarshalCheckpoint writes it. */
