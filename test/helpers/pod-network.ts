@@ -7,6 +7,11 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
+import { PODS, type ControlPlaneClient } from '../../src/controlplane/client.js';
+import type { CriClient } from '../../src/runtime/cri-client.js';
+import type { ControlPlane } from '../control-plane/server.js';
+import { eventually, type NodeletProcess } from './nodelet.js';
 
 export interface PodNetwork {
   /** CNI network name: IPAM state lives in /var/lib/cni/networks/<name>. */
@@ -34,4 +39,35 @@ export async function removePodNetwork(net: PodNetwork): Promise<void> {
     await new Promise<void>((resolve, reject) => execFile('ip', ['link', 'del', net.bridge], (err) => (err ? reject(err) : resolve())));
   }
   fs.rmSync(path.join('/var/lib/cni/networks', net.name), { recursive: true, force: true });
+}
+
+/**
+ * Ends a connected node whose pods have their own network, in the order that leaves
+ * nothing behind: the API's pods deleted first (their sandboxes need the CNI config to be
+ * torn down), until the runtime holds none; then nodelet; then the bridge and IPAM state;
+ * then the clients, the control plane and the folder. Every part may be missing (a
+ * beforeAll that failed half way).
+ */
+export async function tearDownNetworkedNode(o: {
+  api?: ControlPlaneClient;
+  cri?: CriClient;
+  nodelet?: NodeletProcess;
+  net?: PodNetwork;
+  cp?: ControlPlane;
+  dir?: string;
+}): Promise<void> {
+  const { api, cri, nodelet, net, cp, dir } = o;
+  if (api) {
+    for (const p of (await api.listAll<Pod>(PODS, { namespace: 'default' }).catch(() => ({ items: [] as Pod[] }))).items) await api.delete(PODS, { namespace: 'default', name: p.metadata!.name! }).catch(() => {});
+  }
+  if (cri) await eventually(async () => (await cri.listPodSandbox()).filter((s) => s.labels['io.kubernetes.pod.uid']).length === 0, 60_000).catch(() => undefined);
+  if (nodelet) {
+    nodelet.kill('SIGTERM');
+    await nodelet.exited;
+  }
+  if (cri && net && (await cri.listPodSandbox()).length === 0) await removePodNetwork(net);
+  cri?.close();
+  await api?.close();
+  await cp?.close();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
 }

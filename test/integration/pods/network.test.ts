@@ -18,7 +18,7 @@ import { createCriClient, type CriClient } from '../../../src/runtime/cri-client
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
 import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
-import { podNetwork, removePodNetwork, type PodNetwork } from '../../helpers/pod-network.js';
+import { podNetwork, tearDownNetworkedNode, type PodNetwork } from '../../helpers/pod-network.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-net';
 const NODE = 'netnode';
@@ -67,21 +67,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  // Pods first (their sandboxes need the CNI config to be torn down), then nodelet, then
-  // the bridge and IPAM state the pods left.
-  if (api) {
-    for (const p of (await api.listAll<Pod>(PODS, { namespace: 'default' }).catch(() => ({ items: [] as Pod[] }))).items) await api.delete(PODS, { namespace: 'default', name: p.metadata!.name! }).catch(() => {});
-  }
-  if (cri) await eventually(async () => (await cri.listPodSandbox()).filter((s) => s.labels['io.kubernetes.pod.uid']).length === 0, 60_000).catch(() => undefined);
-  if (nodelet) {
-    nodelet.kill('SIGTERM');
-    await nodelet.exited;
-  }
-  if (cri && (await cri.listPodSandbox()).length === 0) await removePodNetwork(net);
-  cri?.close();
-  await api?.close();
-  await cp?.close();
-  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  await tearDownNetworkedNode({ api, cri, nodelet, net: net, cp, dir });
 });
 
 function busybox(name: string, script: string, spec: Partial<NonNullable<Pod['spec']>> = {}, env: NonNullable<Pod['spec']>['containers'][number]['env'] = []): Pod {
