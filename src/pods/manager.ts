@@ -17,6 +17,7 @@ import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
 import { computePodActions, type Waiting } from './plan.js';
+import { finishedInApi } from './sources.js';
 import type { PodRuntime } from './runtime-port.js';
 import { ProbeManager } from './probes.js';
 import { computePodStatus } from './status.js';
@@ -324,6 +325,13 @@ export class PodManager {
       // A pod adopted already running (nodelet restarted) is not a pod start.
       if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) this.#firstSeen.delete(uid);
       const plan = computePodActions(w.pod, observed, now);
+      if (finishedInApi(w.pod)) {
+        // Over in the API: nothing is created or started again; what still runs is stopped
+        // (a Failed pod), what ran is kept for its status and logs until the pod is deleted.
+        plan.createSandbox = undefined;
+        plan.start = [];
+        plan.killPod = observed.containers.some((c) => c.state === 'running') || observed.sandboxes.some((sb) => sb.ready);
+      }
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);
       addProbeKills(plan, observed, (id) => this.#probes.mustRestart(id));

@@ -17,11 +17,18 @@ export interface PodFeed {
 export type SourceName = 'file' | 'api';
 
 /**
- * The API pods the agent runs: bound to this node, not finished (phase Succeeded/Failed),
- * and not mirror pods (those stand for static pods, which run from their files).
+ * The API pods the agent keeps: bound to this node, and not mirror pods (those stand for
+ * static pods, which run from their files). A finished one (phase Succeeded or Failed in
+ * the API) stays, as the kubelet keeps it: its containers and logs remain (`kubectl logs`
+ * of a completed pod) until it is deleted, and it never runs again (see finishedInApi).
  */
 export function runnableApiPods(pods: readonly Pod[], nodeName: string): Pod[] {
-  return pods.filter((p) => p.spec?.nodeName === nodeName && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed' && !isMirrorPod(p));
+  return pods.filter((p) => p.spec?.nodeName === nodeName && !isMirrorPod(p));
+}
+
+/** The control plane says the pod is over (Succeeded or Failed): nothing of it is started again. */
+export function finishedInApi(pod: Pod): boolean {
+  return pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
 }
 
 export class PodSources {

@@ -179,11 +179,18 @@ describe('nodelet connected to a control plane', () => {
       return p.status?.phase === 'Succeeded' ? p : undefined;
     }, 15_000);
     expect(done.status!.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
-    // Terminal: nodelet stops running it and removes it from the runtime, and never writes it back to Running.
+    // Terminal, as the kubelet keeps it: its sandbox stopped, its one container kept (status,
+    // `kubectl logs`), never run again and never written back to Running; removed from the
+    // runtime once the pod is deleted in the API.
     const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
     try {
-      await eventually(async () => (await runtime.listPodSandbox({ labelSelector: { 'io.kubernetes.pod.uid': once.metadata!.uid! } })).length === 0, 15_000);
+      const onceSel = { labelSelector: { 'io.kubernetes.pod.uid': once.metadata!.uid! } };
+      await eventually(async () => (await runtime.listPodSandbox(onceSel)).every((sb) => sb.state === 'SANDBOX_NOTREADY'), 15_000);
+      await new Promise((r) => setTimeout(r, 2_000)); // two relists: nothing started again
+      expect(await runtime.listContainers(onceSel)).toHaveLength(1);
       expect((await api.get<Pod>(PODS, { namespace: 'default', name: 'once' })).status!.phase).toBe('Succeeded');
+      await api.delete(PODS, { namespace: 'default', name: 'once' });
+      await eventually(async () => (await runtime.listPodSandbox(onceSel)).length === 0, 15_000);
 
       const held = await api.create<Pod>(PODS, {
         apiVersion: 'v1',

@@ -458,3 +458,30 @@ describe('PodManager: one agent per runtime', () => {
     expect(rt.sandboxes.has('sx')).toBe(true);
   });
 });
+
+describe('PodManager: a pod the control plane says is over', () => {
+  it('is kept with its containers (status, logs) but never started again, and goes when it is deleted', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m.setSourcesReady();
+    const pod = mkPod('job', 'Never');
+    m.setDesired([pod]);
+    await m.syncOnce();
+    rt.exit('app', 0);
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Succeeded');
+    // The API now says Succeeded; the runtime forgets the container (say, a runtime reset).
+    const done = { ...pod, status: { phase: 'Succeeded' } };
+    m.setDesired([done]);
+    rt.containers.clear();
+    rt.calls = [];
+    clock.t += 60_000;
+    await m.syncOnce();
+    expect(rt.calls.filter((c) => c.startsWith('runSandbox') || c.startsWith('startContainer'))).toEqual([]);
+    expect(m.getPod('default', 'web-job')).toBeDefined(); // still served (/pods, /containerLogs)
+    m.setDesired([]);
+    await m.syncOnce();
+    expect(rt.calls).toContain('cleanupPod job');
+  });
+});

@@ -26,7 +26,7 @@ describe('PodSources', () => {
 });
 
 describe('runnableApiPods', () => {
-  it('keeps pods bound to this node that have not finished, and never mirror pods (their static pods run from files)', () => {
+  it('keeps the pods bound to this node, finished ones too (their containers and logs stay until deleted), and never mirror pods (their static pods run from files)', () => {
     const pods = [
       pod('run'),
       pod('other', { spec: { nodeName: 'n2', containers: [] } }),
@@ -35,6 +35,6 @@ describe('runnableApiPods', () => {
       pod('pending', { status: { phase: 'Pending' } }),
       pod('mirror', { metadata: { name: 'mirror', namespace: 'default', uid: 'mirror', annotations: { 'kubernetes.io/config.mirror': 'abc' } } }),
     ];
-    expect(runnableApiPods(pods, 'n1').map((p) => p.metadata!.uid)).toEqual(['run', 'pending']);
+    expect(runnableApiPods(pods, 'n1').map((p) => p.metadata!.uid)).toEqual(['run', 'done', 'failed', 'pending']);
   });
 });
