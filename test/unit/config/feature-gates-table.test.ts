@@ -8,16 +8,73 @@ import { resolveConfig } from '../../../src/config/resolve.js';
 
 const HEADER = { apiVersion: 'kubelet.config.k8s.io/v1beta1', kind: 'KubeletConfiguration' };
 
-/** Gate names set in public example configurations of node distributions, by source. */
-const PUBLIC_EXAMPLES: ReadonlyArray<readonly [source: string, names: readonly string[]]> = [
-  // awslabs/amazon-eks-ami templates/al2/runtime/kubelet-config.json (EKS AL2 nodes)
-  ['EKS: amazon-eks-ami templates/al2/runtime/kubelet-config.json', ['RotateKubeletServerCertificate', 'NodeSwap']],
-  // CIS EKS / Kubernetes benchmark checks of kubelet configs (cis_eks 3.2.11, cis_k8s 4.2.12)
-  ['CIS benchmark rules for EKS and kubeadm kubelets', ['RotateKubeletServerCertificate']],
-  // kubernetes/website feature gate pages the kubelet docs link for node setups
-  ['kubernetes.io kubelet docs: --feature-gates=GracefulNodeShutdown=true', ['GracefulNodeShutdown']],
-  // names the issue reports from kept /var/lib/kubelet/config.yaml files
-  ['issue 14 (real configs)', ['RotateKubeletServerCertificate', 'ImageMaximumGCAge']],
+/**
+ * Gates set in public example configurations of node distributions, with the values they set.
+ * A v1.35 kubelet starts with most of them; `refused` names those it refuses too
+ * (the example was written for an older release whose gates have since been removed, or it
+ * sets a gate locked to its default): nodelet must refuse them in the kubelet's words, never
+ * silently drop them.
+ */
+interface PublicExample {
+  readonly source: string;
+  /** Every gate the example sets, with its value. */
+  readonly gates: Readonly<Record<string, boolean>>;
+  /** Of those, the ones a v1.35 kubelet refuses, with its message. */
+  readonly refused?: Readonly<Record<string, string>>;
+}
+const unrecognized = (name: string): string => `unrecognized feature gate: ${name}`;
+const PUBLIC_EXAMPLES: readonly PublicExample[] = [
+  {
+    source: 'EKS: awslabs/amazon-eks-ami templates/al2/runtime/kubelet-config.json',
+    gates: { RotateKubeletServerCertificate: true, NodeSwap: false },
+    refused: { NodeSwap: 'cannot set feature gate NodeSwap to false, feature is locked to true' },
+  },
+  { source: 'CIS benchmark rules for EKS and kubeadm kubelets (cis_eks 3.2.11, cis_k8s 4.2.12)', gates: { RotateKubeletServerCertificate: true } },
+  { source: 'kubernetes.io feature gate page: kubelet --feature-gates=GracefulNodeShutdown=true', gates: { GracefulNodeShutdown: true } },
+  { source: 'issue 14 (kept /var/lib/kubelet/config.yaml files)', gates: { RotateKubeletServerCertificate: true, ImageMaximumGCAge: true } },
+  // siderolabs/talos website knowledge base: "Disabling GracefulNodeShutdown on a node"
+  { source: 'Talos: machine.kubelet.extraArgs feature-gates', gates: { GracefulNodeShutdown: false } },
+  // k3s and k3d documentation and node setups: rootless mode, swap, resize, image volumes
+  {
+    source: 'k3s: --kubelet-arg=feature-gates=...',
+    gates: { KubeletInUserNamespace: true, NodeSwap: true, InPlacePodVerticalScaling: true, ImageVolume: true, LocalStorageCapacityIsolationFSQuotaMonitoring: true },
+  },
+  // a kubeadm chart's featureGates for every component, the kubelet's KubeletConfiguration included
+  {
+    source: 'kubeadm: KubeletConfiguration featureGates of a kubeadm cluster chart',
+    gates: { CustomCPUCFSQuotaPeriod: true, VolumeAttributesClass: true, MutatingAdmissionPolicy: true, ListFromCacheSnapshot: true, DisableAllocatorDualWrite: true },
+  },
+  // Bottlerocket's settings.kubernetes.feature-gates, as documented by a Bottlerocket-style node agent
+  { source: 'Bottlerocket: settings.kubernetes.feature-gates', gates: { ImageVolume: true, MemoryQoS: true } },
+  // a GKE 1.26 node's /home/kubernetes/kubelet-config.yaml (captured in a compliance tool's test fixtures)
+  {
+    source: 'GKE 1.26 node: /home/kubernetes/kubelet-config.yaml',
+    gates: {
+      CSIMigrationGCE: true,
+      DisableKubeletCloudCredentialProviders: false,
+      ExecProbeTimeout: false,
+      InTreePluginAWSUnregister: true,
+      InTreePluginAzureDiskUnregister: true,
+      InTreePluginvSphereUnregister: true,
+      RotateKubeletServerCertificate: true,
+    },
+    refused: {
+      CSIMigrationGCE: unrecognized('CSIMigrationGCE'),
+      DisableKubeletCloudCredentialProviders: unrecognized('DisableKubeletCloudCredentialProviders'),
+      InTreePluginAWSUnregister: unrecognized('InTreePluginAWSUnregister'),
+      InTreePluginAzureDiskUnregister: unrecognized('InTreePluginAzureDiskUnregister'),
+      InTreePluginvSphereUnregister: unrecognized('InTreePluginvSphereUnregister'),
+      ExecProbeTimeout: 'cannot set feature gate ExecProbeTimeout to false, feature is locked to true',
+    },
+  },
+  // an AKSUbuntu-1804 (2022) node's kubelet command line (same fixtures)
+  {
+    source: 'AKS 2022 node: kubelet --feature-gates',
+    gates: { CSIMigration: true, CSIMigrationAzureDisk: true, CSIMigrationAzureFile: true, DelegateFSGroupToCSIDriver: true, DisableAcceleratorUsageMetrics: false, DynamicKubeletConfig: false },
+    refused: Object.fromEntries(
+      ['CSIMigration', 'CSIMigrationAzureDisk', 'CSIMigrationAzureFile', 'DelegateFSGroupToCSIDriver', 'DisableAcceleratorUsageMetrics', 'DynamicKubeletConfig'].map((n) => [n, unrecognized(n)]),
+    ),
+  },
 ];
 
 describe(`the feature gate table (Kubernetes ${KUBERNETES_VERSION})`, () => {
@@ -54,10 +111,14 @@ describe(`the feature gate table (Kubernetes ${KUBERNETES_VERSION})`, () => {
     expect(KNOWN_FEATURE_GATES[name]).toEqual({ stage, default: def, ...(locked ? { lockToDefault: true } : {}) });
   });
 
-  it.each(PUBLIC_EXAMPLES)('accepts every gate name of %s', (_source, names) => {
-    for (const name of names) {
-      expect(featureGateProblem(name, KNOWN_FEATURE_GATES[name]?.default ?? true), name).toBeUndefined();
+  it.each(PUBLIC_EXAMPLES.map((e) => [e.source, e] as const))('%s: what a v1.35 kubelet accepts is accepted, what it refuses is refused in its words', (_source, example) => {
+    const refused = example.refused ?? {};
+    for (const [name, value] of Object.entries(example.gates)) {
+      expect(featureGateProblem(name, value), name).toBe(refused[name]);
     }
+    const text = Object.entries(example.gates).map(([n, v]) => `${n}=${v}`).join(',');
+    if (Object.keys(refused).length > 0) expect(() => parseFeatureGates(text)).toThrow(Object.values(refused)[0]);
+    else expect(parseFeatureGates(text)).toEqual(example.gates);
   });
 
   it('refuses a value a v1.35 kubelet refuses: NodeSwap=false (EKS AL2) is locked to true', () => {
