@@ -12,10 +12,16 @@ import type { ContainerConfig, PodSandboxConfig } from '../src/runtime/types.js'
 const PROJECT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const IMAGE = 'docker.io/local/busybox:latest';
 
-/** Starts (or finds) the benchmark containerd in /var/lib/nodelet-dev/containerd-bench; its CRI endpoint. */
+/**
+ * Starts (or finds) the benchmark's containerd; its CRI endpoint. Each benchmark has its own
+ * (`/var/lib/nodelet-dev/containerd-bench-<name>`, or NODELET_BENCH_CONTAINERD_DIR): an agent
+ * removes the runtime pods it did not ask for, so two benchmarks run side by side on one
+ * containerd would remove each other's pods.
+ */
 export function benchContainerd(): string {
+  const name = path.basename(process.argv[1] ?? 'bench', '.js');
   const out = execFileSync(path.join(PROJECT, 'scripts/containerd.sh'), ['start'], {
-    env: { ...process.env, NODELET_CONTAINERD_DIR: '/var/lib/nodelet-dev/containerd-bench' },
+    env: { ...process.env, NODELET_CONTAINERD_DIR: process.env.NODELET_BENCH_CONTAINERD_DIR ?? `/var/lib/nodelet-dev/containerd-bench-${name}` },
     encoding: 'utf8',
   });
   return out.trim().split('\n').pop()!;
