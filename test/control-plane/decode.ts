@@ -37,18 +37,34 @@ export function parseJsonStrict(text: string): Decoded {
     i++;
     return JSON.parse(text.slice(start, i)) as string;
   };
+  /** The members of an object or the items of an array, the opening bracket read: `item` for each, up to `close`. */
+  const members = (close: '}' | ']', item: () => void): void => {
+    ws();
+    if (text[i] === close) {
+      i++;
+      return;
+    }
+    for (;;) {
+      item();
+      ws();
+      if (text[i] === ',') {
+        i++;
+        continue;
+      }
+      if (text[i] === close) {
+        i++;
+        return;
+      }
+      fail(`expected "," or "${close}"`);
+    }
+  };
   const value = (path: string): unknown => {
     ws();
     const c = text[i];
     if (c === '{') {
       i++;
       const out: Record<string, unknown> = {};
-      ws();
-      if (text[i] === '}') {
-        i++;
-        return out;
-      }
-      for (;;) {
+      members('}', () => {
         ws();
         if (text[i] !== '"') fail('expected a string key');
         const k = str();
@@ -58,39 +74,16 @@ export function parseJsonStrict(text: string): Decoded {
         const p = joinPath(path, k);
         if (Object.prototype.hasOwnProperty.call(out, k)) duplicates.push(p);
         out[k] = value(p);
-        ws();
-        if (text[i] === ',') {
-          i++;
-          continue;
-        }
-        if (text[i] === '}') {
-          i++;
-          return out;
-        }
-        fail('expected "," or "}"');
-      }
+      });
+      return out;
     }
     if (c === '[') {
       i++;
       const out: unknown[] = [];
-      ws();
-      if (text[i] === ']') {
-        i++;
-        return out;
-      }
-      for (;;) {
+      members(']', () => {
         out.push(value(`${path}[${out.length}]`));
-        ws();
-        if (text[i] === ',') {
-          i++;
-          continue;
-        }
-        if (text[i] === ']') {
-          i++;
-          return out;
-        }
-        fail('expected "," or "]"');
-      }
+      });
+      return out;
     }
     if (c === '"') return str();
     const m = /^(-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?|true|false|null)/.exec(text.slice(i, i + 64));

@@ -26,15 +26,26 @@ export function setNodeProxyPki(store: Store, pki: Pki): void {
   pkis.set(store, pki);
 }
 
-function clientFor(store: Store): { cert: Buffer; key: Buffer } {
+/**
+ * The control plane's client certificate for node agents (CN `system:apiserver`, group
+ * `system:masters`), issued on first use; undefined while no PKI is registered. The node
+ * proxy and the pod subresources (pod-subresources.ts) present it.
+ */
+export function apiserverClient(store: Store): { cert: Buffer; key: Buffer } | undefined {
   let c = clients.get(store);
   if (!c) {
     const pki = pkis.get(store);
-    if (!pki) throw new Error('node proxy: no PKI registered for this control plane');
+    if (!pki) return undefined;
     const files = pki.issueClient('system:apiserver', ['system:masters']);
     c = { cert: fs.readFileSync(files.certFile), key: fs.readFileSync(files.keyFile) };
     clients.set(store, c);
   }
+  return c;
+}
+
+function clientFor(store: Store): { cert: Buffer; key: Buffer } {
+  const c = apiserverClient(store);
+  if (!c) throw new Error('node proxy: no PKI registered for this control plane');
   return c;
 }
 

@@ -16,18 +16,16 @@
  * client certificate (CN `system:apiserver`, group `system:masters`), without verifying the
  * agent's serving certificate. Wired in server.ts: one route line, one upgrade listener.
  */
-import fs from 'node:fs';
 import type http from 'node:http';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { nodeEndpoint } from './node-proxy.js';
+import { apiserverClient, nodeEndpoint, setNodeProxyPki } from './node-proxy.js';
 import type { Pki } from './pki.js';
 import type { Obj, Store } from './store.js';
 
 export const POD_SUBRESOURCE_PATH = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/(log|exec|attach|portforward)$/;
 
-const pkis = new WeakMap<Store, Pki>();
 /** Open upgraded sessions per control plane: its close() ends them (a server's close waits for every connection). */
 const sessions = new WeakMap<Store, Set<Duplex>>();
 
@@ -36,22 +34,15 @@ export function closePodSubresourceSessions(store: Store): void {
   for (const s of sessions.get(store) ?? []) s.destroy();
   sessions.delete(store);
 }
-const clients = new WeakMap<Store, { cert: Buffer; key: Buffer }>();
 
-/** The control plane's PKI, for the client certificate presented to node agents. */
+/** The control plane's PKI, for the client certificate presented to node agents (node-proxy.ts's, shared). */
 export function setPodSubresourcesPki(store: Store, pki: Pki): void {
-  pkis.set(store, pki);
+  setNodeProxyPki(store, pki);
 }
 
 function clientFor(store: Store): { cert: Buffer; key: Buffer } {
-  let c = clients.get(store);
-  if (!c) {
-    const pki = pkis.get(store);
-    if (!pki) throw new SubresourceError(500, 'InternalError', 'pod subresources: no PKI registered for this control plane');
-    const files = pki.issueClient('system:apiserver', ['system:masters']);
-    c = { cert: fs.readFileSync(files.certFile), key: fs.readFileSync(files.keyFile) };
-    clients.set(store, c);
-  }
+  const c = apiserverClient(store);
+  if (!c) throw new SubresourceError(500, 'InternalError', 'pod subresources: no PKI registered for this control plane');
   return c;
 }
 

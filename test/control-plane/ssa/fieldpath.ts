@@ -291,24 +291,22 @@ export class FieldSet {
 
   /** Set difference: other = {a} does not remove a.b (upstream Difference). */
   difference(other: FieldSet): FieldSet {
-    const out = new FieldSet();
-    for (const [k, pe] of this.members) if (!other.members.has(k)) out.members.set(k, pe);
-    for (const [k, c] of this.children) {
-      const o = other.children.get(k);
-      const d = o ? c.set.difference(o.set) : c.set.clone();
-      if (!d.empty()) out.children.set(k, { pe: c.pe, set: d });
-    }
-    return out;
+    return this.without(other, false);
   }
 
   /** Removes every path of other and everything below it (upstream RecursiveDifference). */
   recursiveDifference(other: FieldSet): FieldSet {
+    return this.without(other, true);
+  }
+
+  /** difference, or with `recursive` recursiveDifference: a member of other also removes the children below it. */
+  private without(other: FieldSet, recursive: boolean): FieldSet {
     const out = new FieldSet();
     for (const [k, pe] of this.members) if (!other.members.has(k)) out.members.set(k, pe);
     for (const [k, c] of this.children) {
-      if (other.members.has(k)) continue;
+      if (recursive && other.members.has(k)) continue;
       const o = other.children.get(k);
-      const d = o ? c.set.recursiveDifference(o.set) : c.set.clone();
+      const d = o ? c.set.without(o.set, recursive) : c.set.clone();
       if (!d.empty()) out.children.set(k, { pe: c.pe, set: d });
     }
     return out;

@@ -285,24 +285,24 @@ function schemaError(err: unknown): never {
 
 // ------------------------------------------------------------------ apply
 
-/**
- * Server-side apply of `applied` by `manager` onto `live` (undefined: the object does not exist
- * and apply creates it). Returns the object to store, including metadata.managedFields.
- * Idempotent: applying the same configuration again returns the same object and entries (the
- * entry's time only moves when the object or the manager's fields change).
- */
-export function applyObject(args: {
-  live: object | undefined;
-  applied: object;
+/** Who writes, and how the object is read, for an apply or an update. */
+interface ManagedWrite {
   manager: string;
-  force: boolean;
   apiVersion: string;
   kind: string;
   now: string;
   subresource?: string;
   schema?: SchemaNode;
   ignoredFields?: IgnoredFields;
-}): object {
+}
+
+/**
+ * Server-side apply of `applied` by `manager` onto `live` (undefined: the object does not exist
+ * and apply creates it). Returns the object to store, including metadata.managedFields.
+ * Idempotent: applying the same configuration again returns the same object and entries (the
+ * entry's time only moves when the object or the manager's fields change).
+ */
+export function applyObject(args: ManagedWrite & { live: object | undefined; applied: object; force: boolean }): object {
   const node = rootSchema(args.kind, args.schema);
   const applied = asObj(args.applied, 'apply body');
   if (isObj(applied['metadata']) && applied['metadata']['managedFields'] !== undefined) {
@@ -399,17 +399,7 @@ function recordChange(
  * as upstream allows editing managedFields through an update; otherwise the stored ones are.
  * Never throws: on an object the schema cannot walk, managedFields are removed, as upstream.
  */
-export function recordUpdate(args: {
-  before: object | undefined;
-  after: object;
-  manager: string;
-  apiVersion: string;
-  kind: string;
-  now: string;
-  subresource?: string;
-  schema?: SchemaNode;
-  ignoredFields?: IgnoredFields;
-}): object {
+export function recordUpdate(args: ManagedWrite & { before: object | undefined; after: object }): object {
   const afterIn = args.after as Obj;
   try {
     const node = rootSchema(args.kind, args.schema);

@@ -20,6 +20,20 @@ async function nodelet(dir: string, lock: string, extra: string[] = []) {
   return p;
 }
 
+/** A fresh directory and the lock file in it. */
+function lockDir(): { dir: string; lock: string } {
+  const dir = tempDir();
+  return { dir, lock: path.join(dir, 'kubelet.lock') };
+}
+
+/** A nodelet of its own (see nodelet) on the lock of a fresh directory, ready: it holds the lock. */
+async function readyHolder(extra: string[] = []): Promise<{ dir: string; lock: string; a: NodeletProcess }> {
+  const { dir, lock } = lockDir();
+  const a = await nodelet(dir, lock, extra);
+  await a.waitForMsg(/nodelet is ready/);
+  return { dir, lock, a };
+}
+
 /** util-linux flock, non-blocking: true when the lock could be taken. */
 function flockFree(lock: string): boolean {
   return spawnSync('flock', ['-n', lock, 'true']).status === 0;
@@ -27,10 +41,7 @@ function flockFree(lock: string): boolean {
 
 describe('lock file', () => {
   it('is held while nodelet runs and released by the kernel after kill -9', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
-    const a = await nodelet(dir, lock);
-    await a.waitForMsg(/nodelet is ready/);
+    const { lock, a } = await readyHolder();
     expect(fs.statSync(lock).mode & 0o777).toBe(0o600);
     expect(flockFree(lock)).toBe(false);
     a.kill('SIGKILL');
@@ -39,10 +50,7 @@ describe('lock file', () => {
   });
 
   it('a second nodelet waits, says who holds the lock, and starts when the first stops', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
-    const a = await nodelet(dir, lock);
-    await a.waitForMsg(/nodelet is ready/);
+    const { dir, lock, a } = await readyHolder();
     const b = await nodelet(dir, lock);
     const waiting = await b.waitForMsg(/waiting for lock file/);
     expect(waiting.holders).toEqual([expect.stringContaining(`pid ${a.pid}`)]);
@@ -56,8 +64,7 @@ describe('lock file', () => {
   });
 
   it('a waiter child killed by a signal (systemd signals the whole cgroup on stop) is neither a failure nor the end of the wait', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
+    const { dir, lock } = lockDir();
     const { spawn, execFileSync } = await import('node:child_process');
     const holder = spawn('flock', ['-o', lock, 'sleep', '30'], { stdio: 'ignore' });
     await eventually(() => !flockFree(lock));
@@ -100,8 +107,7 @@ describe('lock file', () => {
   });
 
   it('waits for a lock held by util-linux flock (kubelet-compatible semantics)', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
+    const { dir, lock } = lockDir();
     const { spawn } = await import('node:child_process');
     const holder = spawn('flock', ['-o', lock, 'sleep', '30'], { stdio: 'ignore' });
     await eventually(() => !flockFree(lock));
@@ -113,10 +119,7 @@ describe('lock file', () => {
   });
 
   it('--exit-on-lock-contention: the holder exits 0 when a successor waits, and the successor takes over', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
-    const a = await nodelet(dir, lock, ['--exit-on-lock-contention']);
-    await a.waitForMsg(/nodelet is ready/);
+    const { dir, lock, a } = await readyHolder(['--exit-on-lock-contention']);
     const b = await nodelet(dir, lock);
     const { code } = await a.exited;
     expect(code).toBe(0);
@@ -125,10 +128,7 @@ describe('lock file', () => {
   });
 
   it('--exit-on-lock-contention: a process that merely opens the lock file makes the holder exit 0 (inotify IN_OPEN, as the kubelet)', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
-    const a = await nodelet(dir, lock, ['--exit-on-lock-contention']);
-    await a.waitForMsg(/nodelet is ready/);
+    const { lock, a } = await readyHolder(['--exit-on-lock-contention']);
     // Reading our own /proc/locks or stat-ing the file is not contention.
     await new Promise((r) => setTimeout(r, 500));
     expect(a.child.exitCode).toBeNull();
@@ -139,8 +139,7 @@ describe('lock file', () => {
   });
 
   it('--exit-on-lock-contention without inotifywait: a waiting successor is still seen in /proc/locks', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
+    const { dir, lock } = lockDir();
     // A PATH with setpriv and flock but no inotifywait.
     const bin = path.join(dir, 'bin');
     fs.mkdirSync(bin);
@@ -175,10 +174,7 @@ describe('lock file', () => {
   });
 
   it('SIGTERM stops it with exit 0 and releases the lock', async () => {
-    const dir = tempDir();
-    const lock = path.join(dir, 'kubelet.lock');
-    const a = await nodelet(dir, lock);
-    await a.waitForMsg(/nodelet is ready/);
+    const { lock, a } = await readyHolder();
     const t0 = Date.now();
     a.kill('SIGTERM');
     expect((await a.exited).code).toBe(0);

@@ -58,6 +58,14 @@ async function get(url: string): Promise<{ status: number; type: string; body: s
   return { status: r.status, type: r.headers.get('content-type') ?? '', body: await r.text() };
 }
 
+/** GET `p` on the read-only port, which must answer 200: its content type, its families by name and each family's type. */
+async function scrape(p: string): Promise<{ type: string; fams: Map<string, PyFamily>; types: Record<string, string> }> {
+  const r = await get(`http://127.0.0.1:${readOnlyPort}${p}`);
+  expect(r.status).toBe(200);
+  const fams = parseExposition(r.body);
+  return { type: r.type, fams, types: Object.fromEntries([...fams.values()].map((f) => [f.name, f.type])) };
+}
+
 /** GET on nodelet's HTTPS port, with a client certificate or none (its serving certificate is self-signed). */
 function httpsGet(p: string, tls: { cert: Buffer; key: Buffer } | undefined): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
@@ -146,11 +154,8 @@ afterAll(async () => {
 
 describe('/metrics/resource', () => {
   it('has the kubelet resource families with their types, labels and per-sample timestamps, live containers only', async () => {
-    const r = await get(`http://127.0.0.1:${readOnlyPort}/metrics/resource`);
-    expect(r.status).toBe(200);
-    expect(r.type).toMatch(/^text\/plain; version=0\.0\.4/);
-    const fams = parseExposition(r.body);
-    const types = Object.fromEntries([...fams.values()].map((f) => [f.name, f.type]));
+    const { type, fams, types } = await scrape('/metrics/resource');
+    expect(type).toMatch(/^text\/plain; version=0\.0\.4/);
     expect(types).toMatchObject({
       node_cpu_usage_seconds: 'counter',
       node_memory_working_set_bytes: 'gauge',
@@ -186,7 +191,7 @@ describe('/metrics/resource', () => {
   });
 
   it('moves: the burning container gains CPU seconds, the filling one shows its 64 MiB', async () => {
-    const read = async () => parseExposition((await get(`http://127.0.0.1:${readOnlyPort}/metrics/resource`)).body);
+    const read = async () => (await scrape('/metrics/resource')).fams;
     const cpuOf = (f: Map<string, PyFamily>, c: string) => f.get('container_cpu_usage_seconds')!.samples.find((s) => s.labels.container === c)!.value;
     const a = await read();
     await new Promise((r) => setTimeout(r, 3000));
@@ -205,10 +210,7 @@ describe('/metrics/resource', () => {
 
 describe('/metrics', () => {
   it('has the kubelet families, client-go request counts, process and Node.js metrics, parsed by prometheus_client', async () => {
-    const r = await get(`http://127.0.0.1:${readOnlyPort}/metrics`);
-    expect(r.status).toBe(200);
-    const fams = parseExposition(r.body);
-    const types = Object.fromEntries([...fams.values()].map((f) => [f.name, f.type]));
+    const { fams, types } = await scrape('/metrics');
     expect(types).toMatchObject({
       kubelet_running_pods: 'gauge',
       kubelet_running_containers: 'gauge',

@@ -70,19 +70,20 @@ function emptyDir(uid: string, volume: string): string {
   return path.join(node.rootDir, 'pods', uid, 'volumes/kubernetes.io~empty-dir', volume);
 }
 
-/** Removes the pod's manifest and waits until the pod and its runtime pod are gone. */
-async function removePod(file: string, uid: string): Promise<void> {
+/**
+ * Removes the pod's manifest, waits until the pod and its runtime pod are gone, then checks
+ * what must hold once a pod is gone: no pod dir, no log dir, no mount left under the root
+ * dir, and the victim still as `before`.
+ */
+async function removePodLeavingNothing(file: string, uid: string, before: Record<string, string>): Promise<void> {
   fs.rmSync(path.join(node.manifests, file));
   await eventually(async () => (await node.pods()).length === 0 && (await runtimePods(node.cri)).length === 0, 60_000);
   // cleanupPod runs right after the runtime pod is removed.
   await eventually(() => !fs.existsSync(path.join(node.rootDir, 'pods', uid)), 10_000);
-}
-
-/** What must hold once a pod is gone: no pod dir, no log dir, no mount left under the root dir. */
-function expectNothingLeft(uid: string): void {
   expect(fs.existsSync(path.join(node.rootDir, 'pods', uid))).toBe(false);
   expect(fs.readdirSync(node.logsDir).filter((n) => n.endsWith(`_${uid}`))).toEqual([]);
   expect(mountsUnder(node.rootDir)).toEqual([]);
+  expect(snapshot(victim)).toEqual(before);
 }
 
 describe('pod volumes never reach the host', () => {
@@ -119,9 +120,7 @@ describe('pod volumes never reach the host', () => {
     expect(waitingOf(await node.pod('escape'), 'direct')?.reason).toBe('CreateContainerConfigError');
     expect(snapshot(victim)).toEqual(before);
 
-    await removePod('escape.yaml', uid);
-    expectNothingLeft(uid);
-    expect(snapshot(victim)).toEqual(before);
+    await removePodLeavingNothing('escape.yaml', uid, before);
   });
 
   it('a legitimate subPath and subPathExpr work (created when missing, the right files seen and written); a link planted later is refused at the restart', async () => {
@@ -182,9 +181,7 @@ describe('pod volumes never reach the host', () => {
     expect(fs.readlinkSync(path.join(vol, 'data/app'))).toBe(victim);
     expect(snapshot(victim)).toEqual(before);
 
-    await removePod('legit.yaml', uid);
-    expectNothingLeft(uid);
-    expect(snapshot(victim)).toEqual(before);
+    await removePodLeavingNothing('legit.yaml', uid, before);
   });
 
   it('a static manifest whose emptyDir name is a path is refused, naming the file and the field; the host dir keeps its mode', async () => {

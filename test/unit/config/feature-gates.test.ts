@@ -22,15 +22,8 @@ describe('parseFeatureGates (--feature-gates)', () => {
     ['containercheckpoint=true', /unrecognized feature gate: containercheckpoint/],
     ['NodeSwap=false', /cannot set feature gate NodeSwap to false, feature is locked to true/],
   ])('rejects %j with INVALID_ARGUMENT', (text, message) => {
-    let caught: unknown;
-    try {
-      parseFeatureGates(text);
-    } catch (err) {
-      caught = err;
-    }
-    expect(caught).toBeInstanceOf(NodeletError);
-    expect((caught as NodeletError).code).toBe('INVALID_ARGUMENT');
-    expect((caught as NodeletError).message).toMatch(message);
+    expect(() => parseFeatureGates(text)).toThrow(NodeletError);
+    expect(() => parseFeatureGates(text)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(message) }));
   });
 });
 

@@ -35,6 +35,15 @@ function at(obj: unknown, dotted: string): unknown {
   return cur;
 }
 
+/** The kubelet's default hard eviction thresholds. */
+const DEFAULT_EVICTION_HARD = {
+  'memory.available': '100Mi',
+  'nodefs.available': '10%',
+  'nodefs.inodesFree': '5%',
+  'imagefs.available': '15%',
+  'imagefs.inodesFree': '5%',
+};
+
 const DEFAULT_CONFIG = {
   address: '0.0.0.0',
   authentication: { anonymous: { enabled: false }, webhook: { cacheTTL: '2m0s', enabled: true }, x509: {} },
@@ -62,13 +71,7 @@ const DEFAULT_CONFIG = {
   enforceNodeAllocatable: ['pods'],
   eventBurst: 100,
   eventRecordQPS: 50,
-  evictionHard: {
-    'memory.available': '100Mi',
-    'nodefs.available': '10%',
-    'nodefs.inodesFree': '5%',
-    'imagefs.available': '15%',
-    'imagefs.inodesFree': '5%',
-  },
+  evictionHard: DEFAULT_EVICTION_HARD,
   evictionPressureTransitionPeriod: '5m0s',
   failCgroupV1: false,
   failSwapOn: true,
@@ -292,15 +295,7 @@ const MERGE_CASES: MergeCase[] = [
   {
     name: 'evictionHard unset: all kubelet default thresholds',
     main: { maxPods: 50 },
-    values: {
-      evictionHard: {
-        'memory.available': '100Mi',
-        'nodefs.available': '10%',
-        'nodefs.inodesFree': '5%',
-        'imagefs.available': '15%',
-        'imagefs.inodesFree': '5%',
-      },
-    },
+    values: { evictionHard: DEFAULT_EVICTION_HARD },
     origins: { 'evictionHard.memory.available': 'default', 'evictionHard.imagefs.inodesFree': 'default' },
   },
   {
@@ -313,15 +308,7 @@ const MERGE_CASES: MergeCase[] = [
     name: 'evictionHard with mergeDefaultEvictionSettings: the defaults fill the signals not given',
     main: { mergeDefaultEvictionSettings: true },
     a: { evictionHard: { 'memory.available': '500Mi', 'nodefs.available': '20%' } },
-    values: {
-      evictionHard: {
-        'memory.available': '500Mi',
-        'nodefs.available': '20%',
-        'nodefs.inodesFree': '5%',
-        'imagefs.available': '15%',
-        'imagefs.inodesFree': '5%',
-      },
-    },
+    values: { evictionHard: { ...DEFAULT_EVICTION_HARD, 'memory.available': '500Mi', 'nodefs.available': '20%' } },
     origins: { 'evictionHard.memory.available': A, 'evictionHard.nodefs.available': A, 'evictionHard.imagefs.available': 'default' },
   },
   {

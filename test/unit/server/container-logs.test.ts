@@ -337,6 +337,23 @@ describe('follow across a rotation', () => {
   const recs = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => rec(from + k)).join('');
   const want = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, k) => `n${from + k}\n`).join('');
 
+  /** A log `0.log` holding `content`, in a directory of its own (its rotated files go beside it). */
+  async function newLog(content: string): Promise<string> {
+    const file = path.join(await fsp.mkdtemp(path.join(dir, 'rot-')), '0.log');
+    await fsp.writeFile(file, content);
+    return file;
+  }
+
+  /**
+   * The runtime's rotation: `file` renamed to `<file>.<stamp>`, where its writer still appends
+   * `late` until it reopens `file` (created with `reopened`, when given).
+   */
+  async function rotate(file: string, stamp: string, o: { late?: string; reopened?: string }): Promise<void> {
+    await fsp.rename(file, `${file}.${stamp}`);
+    if (o.late !== undefined) await fsp.appendFile(`${file}.${stamp}`, o.late);
+    if (o.reopened !== undefined) await fsp.writeFile(file, o.reopened);
+  }
+
   /** Follows `file` from its start; `script(step)` runs at each poll (the clock's sleep), until it returns false. */
   async function follow(file: string, script: (step: number) => Promise<boolean>): Promise<string> {
     const clock = new VirtualClock();
@@ -356,16 +373,11 @@ describe('follow across a rotation', () => {
   }
 
   it('finishes the renamed file (late writes included), then reads the new one from its start: no line lost or repeated', async () => {
-    const d = await fsp.mkdtemp(path.join(dir, 'rot-'));
-    const file = path.join(d, '0.log');
-    await fsp.writeFile(file, recs(1, 3));
+    const file = await newLog(recs(1, 3));
     const out = await follow(file, async (step) => {
       if (step === 1) await fsp.appendFile(file, recs(4, 5));
-      if (step === 2) {
-        // The rotation: renamed; the runtime's writer still appends to the old file until it reopens.
-        await fsp.rename(file, `${file}.20261123-060000`);
-        await fsp.appendFile(`${file}.20261123-060000`, recs(6, 7));
-      }
+      // The rotation: renamed, the runtime's writer still appends to the old file; it reopens only at the next poll.
+      if (step === 2) await rotate(file, '20261123-060000', { late: recs(6, 7) });
       if (step === 3) await fsp.writeFile(file, ''); // reopened, nothing written yet
       if (step === 4) await fsp.appendFile(file, recs(9, 10));
       // The old writer flushes its last line just after the new one wrote its first: the follower waited a poll for it.
@@ -377,17 +389,12 @@ describe('follow across a rotation', () => {
   });
 
   it('a follower two rotations behind reads the file rotated in between too', async () => {
-    const d = await fsp.mkdtemp(path.join(dir, 'rot2-'));
-    const file = path.join(d, '0.log');
-    await fsp.writeFile(file, recs(1, 2));
+    const file = await newLog(recs(1, 2));
     const out = await follow(file, async (step) => {
       if (step === 1) {
         // Two rotations within one poll (a follower stalled by a slow client).
-        await fsp.rename(file, `${file}.20261123-060000`);
-        await fsp.appendFile(`${file}.20261123-060000`, rec(3));
-        await fsp.writeFile(file, recs(4, 5));
-        await fsp.rename(file, `${file}.20261123-060010`);
-        await fsp.writeFile(file, recs(6, 7));
+        await rotate(file, '20261123-060000', { late: rec(3), reopened: recs(4, 5) });
+        await rotate(file, '20261123-060010', { reopened: recs(6, 7) });
         // An older rotated file of the same log is not re-read.
         await fsp.writeFile(`${file}.20261123-050000`, recs(90, 91));
         await fsp.utimes(`${file}.20261123-050000`, new Date(2020, 0, 1), new Date(2020, 0, 1));
@@ -399,15 +406,9 @@ describe('follow across a rotation', () => {
   });
 
   it('a container that stops right after a rotation: the new file is read even if empty, then the follower ends', async () => {
-    const d = await fsp.mkdtemp(path.join(dir, 'rot3-'));
-    const file = path.join(d, '0.log');
-    await fsp.writeFile(file, recs(1, 2));
+    const file = await newLog(recs(1, 2));
     const out = await follow(file, async (step) => {
-      if (step === 1) {
-        await fsp.rename(file, `${file}.20261123-060000`);
-        await fsp.appendFile(`${file}.20261123-060000`, rec(3));
-        await fsp.writeFile(file, '');
-      }
+      if (step === 1) await rotate(file, '20261123-060000', { late: rec(3), reopened: '' });
       return step < 1;
     });
     expect(out).toBe(want(1, 3));
