@@ -1,19 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { isNodeletError, type NodeletError } from '../../../src/errors.js';
+import { thrown as refusal } from '../../helpers/errors.js';
 import { parseJsonBounded, parseYaml, parseYamlSync, PARSE_LIMITS } from '../../../src/system/bounded-parse.js';
 
 const o = { file: '/m/x.yaml', what: 'static pod manifest' };
-
-function refusal(f: () => unknown): NodeletError {
-  try {
-    f();
-  } catch (err) {
-    if (isNodeletError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
 
 const manifest = `apiVersion: v1
 kind: Pod

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isNodeletError, type NodeletError } from '../../../src/errors.js';
+import { rejection as refusal, thrown as refusalSync } from '../../helpers/errors.js';
 import { openRegularFile, readBoundedFile, readBoundedFileSync, readBoundedText, readFailure } from '../../../src/system/safe-file.js';
 
 let dir: string;
@@ -25,25 +25,6 @@ beforeAll(() => {
 });
 
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
-
-async function refusal(p: Promise<unknown>): Promise<NodeletError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  if (!isNodeletError(err)) throw new Error(`expected a NodeletError, got ${String(err)}`);
-  return err;
-}
-
-function refusalSync(f: () => unknown): NodeletError {
-  try {
-    f();
-  } catch (err) {
-    if (isNodeletError(err)) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
 
 const opts = { maxBytes: 1024, what: 'seccomp profile' };
 
