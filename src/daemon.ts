@@ -32,6 +32,7 @@ import { ContainerLogManager, parseLogMaxSize } from './pods/log-rotation.js';
 import { DEFAULT_CONTAINER_LOG_DIR } from './pods/log-symlinks.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
+import { nodeShutdownFor } from './node/shutdown-manager.js';
 import { Metrics } from './metrics/kubelet.js';
 import { StatsProvider } from './metrics/stats.js';
 import { renderResourceMetrics } from './metrics/resource.js';
@@ -329,6 +330,9 @@ export class Daemon {
       },
       stop: () => pods.stop(),
     });
+    // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
+    const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock: this.#deps.clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }) });
+    services.push({ name: 'node-shutdown', start: (signal) => shutdown.start(signal), stop: () => shutdown.stop() });
     // Container log rotation (containerLogMaxSize, containerLogMaxFiles), as the kubelet's log manager.
     const logRotation = new ContainerLogManager({
       runtime: cri,
@@ -342,7 +346,7 @@ export class Daemon {
     services.push({ name: 'log-rotation', start: (signal) => logRotation.start(signal), stop: () => logRotation.stop() });
     // Pod sources: static files always; the control plane's pods for this node when connected.
     const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...mode.podSources], (list, allReady) => {
-      pods.setDesired(list);
+      shutdown.setDesired(list);
       if (allReady) pods.setSourcesReady();
       if (this.#ready) this.#notifier.status(this.#statusLine());
     });
@@ -367,8 +371,8 @@ export class Daemon {
     services.push(
       ...mode.services({
         sources,
-        pods,
-        runtimeState: () => health.state(),
+        pods: { podStatus: (uid) => shutdown.statusOf(uid, pods.podStatus(uid)), active: (uid) => pods.active(uid) },
+        runtimeState: () => shutdown.runtimeState(health.state()),
         rootDir: flags.rootDir,
         imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),
         podCIDR: (cidr) => void podCidr.update(cidr),

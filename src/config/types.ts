@@ -179,7 +179,7 @@ export interface KubeletConfiguration {
   logging: Record<string, unknown>;
   shutdownGracePeriod?: string;
   shutdownGracePeriodCriticalPods?: string;
-  shutdownGracePeriodByPodPriority?: unknown[];
+  shutdownGracePeriodByPodPriority?: ShutdownGracePeriodByPodPriority[];
   crashLoopBackOff?: { maxContainerRestartPeriod?: string };
   reservedMemory?: unknown[];
   memoryThrottlingFactor: number;
@@ -214,4 +214,12 @@ export interface LoadedConfig {
   readonly warnings: readonly ConfigProblem[];
   /** Files read, in the order applied: --config, then the drop-ins. */
   readonly sources: readonly string[];
+}
+
+/** One entry of `shutdownGracePeriodByPodPriority` (the kubelet's ShutdownGracePeriodByPodPriority). */
+export interface ShutdownGracePeriodByPodPriority {
+  /** The lowest pod priority of this group. */
+  priority: number;
+  /** How long the pods of this group get to stop. */
+  shutdownGracePeriodSeconds: number;
 }

@@ -16,6 +16,7 @@ import path from 'node:path';
 import { NodeletError } from '../errors.js';
 import { parseDurationNs } from './duration.js';
 import { featureGateProblem } from './feature-gates.js';
+import { validateShutdownFields } from './validate-shutdown.js';
 import { isJsonObject, pathKey, type Json, type JsonObject } from './merge.js';
 import { parseQuantity, parseThresholdValue } from './quantity.js';
 import { durationPaths, KUBELET_CONFIG_SCHEMA, type FieldSchema } from './schema.js';
@@ -295,6 +296,8 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
       }
     }
   }
+
+  validateShutdownFields(get, add);
 
   const gates = get(['featureGates']);
   if (isJsonObject(gates)) {
