@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const BENCHES = ['config-dropins', 'startup', 'static-start', 'footprint'] as const;
+export const BENCHES = ['config-dropins', 'startup', 'static-start', 'api-pod-start', 'footprint', 'exec-stream'] as const;
 
 function main(): void {
   const here = path.dirname(fileURLToPath(import.meta.url));
@@ -17,7 +17,9 @@ function main(): void {
   const failed: string[] = [];
   for (const name of BENCHES) {
     process.stdout.write(`\n=== ${name} (load average ${os.loadavg()[0]!.toFixed(2)}) ===\n`);
-    const r = spawnSync(process.execPath, [path.join(here, `${name}.js`), ...extra], { stdio: 'inherit' });
+    // One after another: they can share one containerd (each alone gets its own).
+    const env = { ...process.env, NODELET_BENCH_CONTAINERD_DIR: process.env.NODELET_BENCH_CONTAINERD_DIR ?? '/var/lib/nodelet-dev/containerd-bench' };
+    const r = spawnSync(process.execPath, [path.join(here, `${name}.js`), ...extra], { stdio: 'inherit', env });
     if (r.status !== 0) failed.push(name);
   }
   if (failed.length) {

@@ -151,7 +151,7 @@ async function main(): Promise<void> {
       '',
       `Target: RSS rises by less than ${TARGET_MB} MB: **+${mb(worst)} MB at worst — ${worst < TARGET_MB * 1e6 ? 'met' : 'missed'}**. What the first follow adds stays (V8's young generation and the allocator growing to their working size for 64 KiB reads and TLS writes); the next 50 MiB follows add about nothing: the cost is bounded, not proportional to the log.`,
       '',
-      'The exec stream figure (100 MiB through `/exec` against the runtime\'s URL) is not measured yet: it needs an SPDY/3.1 client (containerd 1.6 refuses WebSocket), which the benchmarks do not have.',
+      'The exec stream figure (100 MiB through `/exec` against the runtime\'s URL) is in its own section below (`bench/exec-stream.ts`, with an SPDY/3.1 client of the project\'s own: containerd 1.6 refuses WebSocket).',
       '',
       'Reproduce: `npm run build && node dist/bench/log-follow.js 3`.',
     ].join('\n');

@@ -7,11 +7,13 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Pod } from 'kubernetes-types/core/v1.js';
-import { PODS, type ControlPlaneClient } from '../../src/controlplane/client.js';
-import type { CriClient } from '../../src/runtime/cri-client.js';
-import type { ControlPlane } from '../control-plane/server.js';
-import { eventually, type NodeletProcess } from './nodelet.js';
+import type { Container, Node, Pod, PodSpec } from 'kubernetes-types/core/v1.js';
+import { ControlPlaneClient, NODES, PODS } from '../../src/controlplane/client.js';
+import { loadKubeconfig } from '../../src/controlplane/kubeconfig.js';
+import { createCriClient, type CriClient } from '../../src/runtime/cri-client.js';
+import { startControlPlane, type ControlPlane } from '../control-plane/server.js';
+import { BUSYBOX_IMAGE, ensureContainerd } from './containerd.js';
+import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from './nodelet.js';
 
 export interface PodNetwork {
   /** CNI network name: IPAM state lives in /var/lib/cni/networks/<name>. */
@@ -70,4 +72,89 @@ export async function tearDownNetworkedNode(o: {
   await api?.close();
   await cp?.close();
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
+}
+
+/** A connected node on a containerd of the test's own whose pods get their own network. */
+export interface NetworkedNode {
+  cp: ControlPlane;
+  /** The admin's client (system:masters); its kubeconfig is `<dir>/admin.kubeconfig`. */
+  api: ControlPlaneClient;
+  cri: CriClient;
+  net: PodNetwork;
+  nodelet: NodeletProcess;
+  /** The test's folder: kubeconfigs, kubelet.yaml, root dir, lock, `logs` (podLogsDir). */
+  dir: string;
+  /** ms from nodelet's start to its Node Ready. */
+  readyAfterMs: number;
+}
+
+/**
+ * Starts what a networked-node test stands on, in order: the containerd of `containerdDir`
+ * (scripts/containerd.sh, with its CNI config), the test control plane allocating a /24 per
+ * node from that network's range, a temp folder with the node's and the admin's
+ * kubeconfigs, then the built nodelet (anonymous, AlwaysAllow, on 127.0.0.1 and a free
+ * port, podLogsDir `<dir>/logs`; `config` adds or overrides fields, given the folder) and
+ * waits for its Node to be Ready. Whatever was started is torn down if a step fails.
+ */
+export async function startNetworkedNode(o: {
+  containerdDir: string;
+  node: string;
+  prefix: string;
+  config?: (dir: string) => Record<string, string | number | boolean>;
+  args?: string[];
+}): Promise<NetworkedNode> {
+  const { endpoint } = await ensureContainerd({ dir: o.containerdDir });
+  const net = podNetwork(o.containerdDir);
+  const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+  let cp: ControlPlane | undefined;
+  let api: ControlPlaneClient | undefined;
+  let nodelet: NodeletProcess | undefined;
+  let dir: string | undefined;
+  try {
+    cp = await startControlPlane({ clusterCIDR: net.subnet, nodeCIDRMaskSize: 24 });
+    dir = tempDir(o.prefix);
+    cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${o.node}`, groups: ['system:nodes'] });
+    cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
+    api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
+    const config = writeKubeletConfig(dir, {
+      containerRuntimeEndpoint: endpoint,
+      podLogsDir: path.join(dir, 'logs'),
+      port: await freePort(),
+      address: '127.0.0.1',
+      healthzPort: 0,
+      // The control plane presents its client certificate; without a client CA it is anonymous here.
+      authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
+      authorization: '{mode: AlwaysAllow}',
+      ...o.config?.(dir),
+    });
+    const started = Date.now();
+    nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', o.node, '--kubeconfig', path.join(dir, 'kubelet.kubeconfig'), ...(o.args ?? [])]);
+    const client = api;
+    await eventually(async () => {
+      const n = await client.get<Node>(NODES, { name: o.node }).catch(() => undefined);
+      return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
+    }, 20_000, 25);
+    return { cp, api, cri, net, nodelet, dir, readyAfterMs: Date.now() - started };
+  } catch (err) {
+    await tearDownNetworkedNode({ api, cri, nodelet, net, cp, dir });
+    throw err;
+  }
+}
+
+/**
+ * A pod of namespace `default` bound to `node`: one busybox container `main` running
+ * `script` under `/bin/sh -c`, a 1 s grace period; `spec` and `container` add or override fields.
+ */
+export function busyboxPod(node: string, name: string, script: string, spec: Partial<PodSpec> = {}, container: Partial<Container> = {}): Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default' },
+    spec: {
+      nodeName: node,
+      terminationGracePeriodSeconds: 1,
+      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', script], ...container }],
+      ...spec,
+    },
+  };
 }

@@ -1,38 +1,31 @@
 /**
- * `kubectl logs`, `exec`, `attach` and `port-forward` (kubectl 1.32, a client no one here
- * wrote) through the test control plane's pod subresources to nodelet's `/containerLogs`,
- * `/exec`, `/attach` and `/portForward`, and on to containerd's streaming server: the whole
- * path an operator's commands take, on a containerd of this file's own.
+ * `kubectl logs`, `exec` (`-it` too, on a real pseudo-terminal), `attach` and `port-forward`
+ * (kubectl 1.32, a client no one here wrote) through the test control plane's pod
+ * subresources to nodelet's `/containerLogs`, `/exec`, `/attach` and `/portForward`, and on
+ * to containerd's streaming server: the whole path an operator's commands take, on a
+ * containerd of this file's own.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import type { Node, Pod } from 'kubernetes-types/core/v1.js';
+import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ControlPlaneClient, NODES, PODS } from '../../../src/controlplane/client.js';
-import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
-import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
-import { podNetwork, tearDownNetworkedNode, type PodNetwork } from '../../helpers/pod-network.js';
+import { PODS } from '../../../src/controlplane/client.js';
+import { eventually, freePort } from '../../helpers/nodelet.js';
+import { busyboxPod, startNetworkedNode, tearDownNetworkedNode, type NetworkedNode } from '../../helpers/pod-network.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-streaming';
 const NODE = 'streamnode';
 const KUBECTL = '/usr/bin/kubectl';
 
-let cp: ControlPlane;
-let api: ControlPlaneClient;
-let nodelet: NodeletProcess | undefined;
-let cri: CriClient;
-let net_: PodNetwork;
-let dir: string;
+let node: NetworkedNode | undefined;
 const children = new Set<ChildProcessWithoutNullStreams>();
+const kubeconfig = () => path.join(node!.dir, 'admin.kubeconfig');
 
 function kubectl(args: string[], input?: string, timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const c = spawn(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { stdio: 'pipe' });
+    const c = spawn(KUBECTL, ['--kubeconfig', kubeconfig(), ...args], { stdio: 'pipe' });
     let stdout = '';
     let stderr = '';
     c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -48,7 +41,7 @@ function kubectl(args: string[], input?: string, timeoutMs = 20_000): Promise<{ 
 
 /** A long-running kubectl whose output the test watches; killed at the end of the test. */
 function kubectlBackground(args: string[]): { child: ChildProcessWithoutNullStreams; output: () => string } {
-  const c = spawn(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { stdio: 'pipe' });
+  const c = spawn(KUBECTL, ['--kubeconfig', kubeconfig(), ...args], { stdio: 'pipe' });
   children.add(c);
   let out = '';
   c.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -65,23 +58,7 @@ function stop(c: ChildProcessWithoutNullStreams): Promise<void> {
   });
 }
 
-function pod(name: string, script: string, extra: { hostNetwork?: boolean; restartPolicy?: string; volumes?: object[]; mounts?: object[] } = {}): Pod {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: 'default' },
-    spec: {
-      nodeName: NODE,
-      hostNetwork: extra.hostNetwork ?? true,
-      terminationGracePeriodSeconds: 1,
-      ...(extra.restartPolicy ? { restartPolicy: extra.restartPolicy } : {}),
-      ...(extra.volumes ? { volumes: extra.volumes } : {}),
-      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'Never', command: ['/bin/sh', '-c', script], ...(extra.mounts ? { volumeMounts: extra.mounts } : {}) }],
-    },
-  } as Pod;
-}
-
-const getPod = (name: string) => api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
+const getPod = (name: string) => node!.api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
 
 function running(name: string, restarts = 0, timeoutMs = 30_000): Promise<Pod> {
   return eventually(async () => {
@@ -102,37 +79,16 @@ const LOGS_SCRIPT = [
 
 beforeAll(async () => {
   expect(fs.existsSync(KUBECTL), `${KUBECTL} is required`).toBe(true);
-  const { endpoint } = await ensureContainerd({ dir: CONTAINERD_DIR });
-  net_ = podNetwork(CONTAINERD_DIR);
-  cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
-  cp = await startControlPlane({ clusterCIDR: net_.subnet, nodeCIDRMaskSize: 24 });
-  dir = tempDir('nodelet-kubectl-streaming-');
-  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${NODE}`, groups: ['system:nodes'] });
-  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
-  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
-  const config = writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: endpoint,
-    podLogsDir: path.join(dir, 'logs'),
-    port: await freePort(),
-    address: '127.0.0.1',
-    healthzPort: 0,
-    // The control plane presents its client certificate; without a client CA it is anonymous here.
-    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
-    authorization: '{mode: AlwaysAllow}',
-  });
-  nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE, '--node-ip', '127.0.0.1', '--kubeconfig', path.join(dir, 'kubelet.kubeconfig')]);
-  await eventually(async () => {
-    const n = await api.get<Node>(NODES, { name: NODE }).catch(() => undefined);
-    return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
-  }, 20_000, 50);
-  await api.create<Pod>(PODS, pod('logs', LOGS_SCRIPT, { restartPolicy: 'Always', volumes: [{ name: 'data', emptyDir: {} }], mounts: [{ name: 'data', mountPath: '/data' }] }));
-  await api.create<Pod>(PODS, pod('shell', 'trap "exit 0" TERM; while true; do sleep 1; done'));
-  await api.create<Pod>(PODS, pod('web', 'mkdir -p /www && echo hello-from-the-pod > /www/index.html && exec httpd -f -p 8080 -h /www', { hostNetwork: false }));
+  node = await startNetworkedNode({ containerdDir: CONTAINERD_DIR, node: NODE, prefix: 'nodelet-kubectl-streaming-', args: ['--node-ip', '127.0.0.1'] });
+  const { api } = node;
+  await api.create<Pod>(PODS, busyboxPod(NODE, 'logs', LOGS_SCRIPT, { hostNetwork: true, volumes: [{ name: 'data', emptyDir: {} }] }, { volumeMounts: [{ name: 'data', mountPath: '/data' }] }));
+  await api.create<Pod>(PODS, busyboxPod(NODE, 'shell', 'trap "exit 0" TERM; while true; do sleep 1; done', { hostNetwork: true }));
+  await api.create<Pod>(PODS, busyboxPod(NODE, 'web', 'mkdir -p /www && echo hello-from-the-pod > /www/index.html && exec httpd -f -p 8080 -h /www'));
 }, 60_000);
 
 afterAll(async () => {
   for (const c of [...children]) await stop(c);
-  await tearDownNetworkedNode({ api, cri, nodelet, net: net_, cp, dir });
+  await tearDownNetworkedNode({ ...node });
 }, 90_000);
 
 describe('kubectl exec', () => {
@@ -146,6 +102,49 @@ describe('kubectl exec', () => {
     const r = await kubectl(['exec', '-i', 'shell', '--', 'tr', 'a-z', 'A-Z'], 'hello\nstdin\n');
     expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 0, stdout: 'HELLO\nSTDIN\n' });
   });
+
+  it('-it gets a terminal: the shell sees a TTY, echoes and answers what is typed, follows a resize', async () => {
+    await running('shell');
+    // kubectl on a real pseudo-terminal: util-linux `script` gives its child one (30x90,
+    // set before kubectl starts) and relays our pipe to it and its output back to us.
+    const k = spawn('script', ['-qfec', `stty rows 30 cols 90; exec ${KUBECTL} --kubeconfig ${kubeconfig()} exec -it shell -- sh`, '/dev/null'], { stdio: 'pipe' });
+    children.add(k);
+    k.on('close', () => children.delete(k));
+    let out = '';
+    k.stdout.on('data', (d: Buffer) => (out += d.toString('latin1')));
+    k.stderr.on('data', (d: Buffer) => (out += d.toString('latin1')));
+    const exited = new Promise<number | null>((resolve) => k.once('close', (code) => resolve(code)));
+    const seen = (re: RegExp, from = 0, ms = 10_000) => eventually(() => re.exec(out.slice(from)) ?? undefined, ms, 20).catch(() => {
+      throw new Error(`${re} not seen; the terminal showed: ${JSON.stringify(out.slice(from))}`);
+    });
+    // The remote shell's prompt: it runs interactively.
+    await seen(/# /);
+    // Typed with a carriage return, as a terminal in raw mode sends it; the remote tty makes it a newline.
+    let mark = out.length;
+    k.stdin.write('tty; stty size; [ -t 0 ] && [ -t 1 ] && echo stdin-and-stdout-are-terminals\r');
+    const ttyName = (await seen(/(\/dev\/pts\/\d+)\s*\r?\n/, mark))[1];
+    await seen(/^30 90\r?$/m, mark);
+    await seen(/^stdin-and-stdout-are-terminals\r?$/m, mark);
+    expect(ttyName).toMatch(/^\/dev\/pts\/\d+$/);
+    // Echo comes from the remote terminal (kubectl put ours in raw mode): the typed line, then its answer.
+    mark = out.length;
+    k.stdin.write('echo typed-$((40+2))\r');
+    await seen(/echo typed-\$\(\(40\+2\)\)[\s\S]*^typed-42\r?$/m, mark);
+    // A resize of kubectl's terminal (SIGWINCH to it) reaches the container's terminal.
+    const kubectlPid = Number(fs.readFileSync(`/proc/${k.pid}/task/${k.pid}/children`, 'utf8').trim().split(/\s+/)[0]);
+    const pts = fs.readlinkSync(`/proc/${kubectlPid}/fd/0`);
+    expect(fs.readFileSync(`/proc/${kubectlPid}/cmdline`, 'utf8').split('\0')[0]).toBe(KUBECTL);
+    await new Promise<void>((resolve, reject) => spawn('stty', ['-F', pts, 'rows', '40', 'cols', '100']).on('close', (c) => (c === 0 ? resolve() : reject(new Error(`stty -F ${pts}: ${c}`)))));
+    await eventually(async () => {
+      const from = out.length;
+      k.stdin.write('stty size\r');
+      await new Promise((r) => setTimeout(r, 300));
+      return /^40 100\r?$/m.test(out.slice(from));
+    }, 10_000, 0);
+    // The shell's exit code is kubectl's.
+    k.stdin.write('exit 7\r');
+    expect(await exited).toBe(7);
+  }, 60_000);
 
   it('names a missing container and a missing pod', async () => {
     const c = await kubectl(['exec', 'shell', '-c', 'nope', '--', 'true']);

@@ -10,15 +10,13 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Node, Pod } from 'kubernetes-types/core/v1.js';
+import type { EnvVar, Node, Pod, PodSpec } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ControlPlaneClient, NODES, PODS } from '../../../src/controlplane/client.js';
-import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
-import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { BUSYBOX_IMAGE, ensureContainerd } from '../../helpers/containerd.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
-import { podNetwork, tearDownNetworkedNode, type PodNetwork } from '../../helpers/pod-network.js';
+import { NODES, PODS, type ControlPlaneClient } from '../../../src/controlplane/client.js';
+import type { CriClient } from '../../../src/runtime/cri-client.js';
+import type { ControlPlane } from '../../control-plane/server.js';
+import { eventually, type NodeletProcess } from '../../helpers/nodelet.js';
+import { busyboxPod, startNetworkedNode, tearDownNetworkedNode, type PodNetwork } from '../../helpers/pod-network.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-net';
 const NODE = 'netnode';
@@ -33,56 +31,25 @@ let readyAfterMs = -1;
 let dir: string | undefined;
 
 beforeAll(async () => {
-  const { endpoint } = await ensureContainerd({ dir: CONTAINERD_DIR });
-  net = podNetwork(CONTAINERD_DIR);
-  cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
-  cp = await startControlPlane({ clusterCIDR: net.subnet, nodeCIDRMaskSize: 24 });
-  dir = tempDir('nodelet-network-');
-  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${NODE}`, groups: ['system:nodes'] });
-  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
-  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
-  // A resolv.conf of the test's own, so Default pods see known content.
-  const resolv = path.join(dir, 'resolv.conf');
-  fs.writeFileSync(resolv, '# test host\nnameserver 192.0.2.53\nsearch example.test\noptions timeout:2\n');
-  logsDir = path.join(dir, 'logs');
-  const config = writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: endpoint,
-    podLogsDir: logsDir,
-    port: await freePort(),
-    address: '127.0.0.1',
-    healthzPort: 0,
-    clusterDNS: '[10.96.0.10]',
-    clusterDomain: 'cluster.local',
-    resolvConf: resolv,
-    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
-    authorization: '{mode: AlwaysAllow}',
-  });
-  const started = Date.now();
-  nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE, '--kubeconfig', path.join(dir, 'kubelet.kubeconfig')]);
-  await eventually(async () => {
-    const n = await api.get<Node>(NODES, { name: NODE }).catch(() => undefined);
-    return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True';
-  }, 20_000, 25);
-  readyAfterMs = Date.now() - started;
+  ({ cp, api, nodelet, cri, net, dir, readyAfterMs } = await startNetworkedNode({
+    containerdDir: CONTAINERD_DIR,
+    node: NODE,
+    prefix: 'nodelet-network-',
+    config: (d) => {
+      // A resolv.conf of the test's own, so Default pods see known content.
+      const resolv = path.join(d, 'resolv.conf');
+      fs.writeFileSync(resolv, '# test host\nnameserver 192.0.2.53\nsearch example.test\noptions timeout:2\n');
+      return { clusterDNS: '[10.96.0.10]', clusterDomain: 'cluster.local', resolvConf: resolv };
+    },
+  }));
+  logsDir = path.join(dir!, 'logs');
 });
 
 afterAll(async () => {
   await tearDownNetworkedNode({ api, cri, nodelet, net: net, cp, dir });
 });
 
-function busybox(name: string, script: string, spec: Partial<NonNullable<Pod['spec']>> = {}, env: NonNullable<Pod['spec']>['containers'][number]['env'] = []): Pod {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: 'default' },
-    spec: {
-      nodeName: NODE,
-      terminationGracePeriodSeconds: 1,
-      containers: [{ name: 'main', image: BUSYBOX_IMAGE, imagePullPolicy: 'IfNotPresent', command: ['/bin/sh', '-c', script], env }],
-      ...spec,
-    },
-  };
-}
+const busybox = (name: string, script: string, spec: Partial<PodSpec> = {}, env: EnvVar[] = []) => busyboxPod(NODE, name, script, spec, { env });
 
 const getPod = (name: string) => api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
 const podWith = (name: string, pred: (p: Pod) => boolean, timeoutMs = 30_000) =>
