@@ -4,17 +4,18 @@
  * through a TcpProxy the test controls (or directly). An admin client talks to the control
  * plane directly. Options choose the server's authentication/authorization (the test
  * defaults: anonymous and AlwaysAllow; `webhook: true`: the v1beta1 defaults, TokenReview and
- * SubjectAccessReview) and extra config fields.
+ * SubjectAccessReview), extra config fields, and static pod manifests (`manifests`: file
+ * name -> content, written to `<dir>/manifests` before nodelet starts, its staticPodPath).
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { ControlPlaneClient } from '../../src/controlplane/client.js';
-import { loadKubeconfig } from '../../src/controlplane/kubeconfig.js';
+import type { ControlPlaneClient } from '../../src/controlplane/client.js';
 import { startFakeRuntime, type FakeRuntime } from '../cri/fake-runtime.js';
 import { controlPlaneFaults, type ControlPlaneFaults } from '../control-plane/faults.js';
-import { startControlPlane, type ControlPlane } from '../control-plane/server.js';
-import { freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../helpers/nodelet.js';
+import type { ControlPlane } from '../control-plane/server.js';
+import { freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../helpers/nodelet.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { startTestCluster } from '../helpers/test-cluster.js';
 
 export interface ConnectedNode {
   cp: ControlPlane;
@@ -31,17 +32,23 @@ export interface ConnectedNode {
   close(): Promise<void>;
 }
 
-export async function startConnectedNode(o: { prefix: string; proxy?: boolean; webhook?: boolean; config?: Record<string, string | number | boolean> }): Promise<ConnectedNode> {
-  const cp = await startControlPlane();
+export async function startConnectedNode(o: {
+  prefix: string;
+  proxy?: boolean;
+  webhook?: boolean;
+  config?: Record<string, string | number | boolean>;
+  manifests?: Record<string, string>;
+}): Promise<ConnectedNode> {
+  const cluster = await startTestCluster({ prefix: o.prefix });
+  const { cp, api, dir } = cluster;
   const cri = await startFakeRuntime();
   const proxy = o.proxy ? await TcpProxy.start(cp.url) : undefined;
-  const dir = tempDir(o.prefix);
-  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
-  const api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
-  const kc = path.join(dir, 'kubelet.kubeconfig');
-  cp.writeKubeconfig(kc, { user: 'system:node:n1', groups: ['system:nodes'] });
-  if (proxy) fs.writeFileSync(kc, fs.readFileSync(kc, 'utf8').split(cp.url).join(proxy.url));
+  const kc = cluster.nodeKubeconfig('n1', { via: proxy });
   const ports = { https: await freePort(), healthz: await freePort() };
+  if (o.manifests) {
+    fs.mkdirSync(path.join(dir, 'manifests'));
+    for (const [file, text] of Object.entries(o.manifests)) fs.writeFileSync(path.join(dir, 'manifests', file), text);
+  }
   writeKubeletConfig(dir, {
     containerRuntimeEndpoint: `unix://${cri.socketPath}`,
     podLogsDir: path.join(dir, 'logs'),
@@ -53,6 +60,7 @@ export async function startConnectedNode(o: { prefix: string; proxy?: boolean; w
     ...(o.webhook ? {} : { authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}', authorization: '{mode: AlwaysAllow}' }),
     nodeLeaseDurationSeconds: 4,
     nodeStatusUpdateFrequency: '1s',
+    ...(o.manifests ? { staticPodPath: path.join(dir, 'manifests') } : {}),
     ...o.config,
   });
   const nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--kubeconfig', kc, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
@@ -71,10 +79,9 @@ export async function startConnectedNode(o: { prefix: string; proxy?: boolean; w
       controlPlaneFaults(cp).clear();
       nodelet.kill('SIGTERM');
       await nodelet.exited;
-      await api.close();
       await proxy?.close();
       await cri.stop();
-      await cp.close();
+      await cluster.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };

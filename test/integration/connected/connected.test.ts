@@ -13,62 +13,23 @@ import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Event as CoreEvent, Node, Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCriClient } from '../../../src/runtime/cri-client.js';
-import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
-import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { EVENTS, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
+import { startControlPlane } from '../../control-plane/server.js';
+import { startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
+import { eventually, freePort, startNodelet, tempDir } from '../../helpers/nodelet.js';
 import { request } from '../server/client.js';
 
-let cp: ControlPlane;
-let cri: FakeRuntime;
-let nodelet: NodeletProcess;
-let api: ControlPlaneClient;
-let dir: string;
-let port: number;
+let n1: ConnectedNode;
 let readOnlyPort: number;
-let serverCa: string;
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  cri = await startFakeRuntime();
-  dir = tempDir('nodelet-connected-');
-  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: 'system:node:n1', groups: ['system:nodes'] });
-  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
-  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
-  port = await freePort();
   readOnlyPort = await freePort();
   // The v1beta1 defaults otherwise: webhook authentication and Webhook authorization.
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port,
-    readOnlyPort,
-    healthzPort: 0,
-    nodeLeaseDurationSeconds: 4,
-    nodeStatusUpdateFrequency: '1s',
-    staticPodPath: path.join(dir, 'manifests'),
-  });
-  fs.mkdirSync(path.join(dir, 'manifests'));
-  fs.writeFileSync(path.join(dir, 'manifests', 'web.yaml'), staticManifest('v1'));
-  nodelet = startNodelet([
-    '--config', path.join(dir, 'kubelet.yaml'),
-    '--kubeconfig', path.join(dir, 'kubelet.kubeconfig'),
-    '--root-dir', path.join(dir, 'root'),
-    '--lock-file', path.join(dir, 'lock'),
-    '--hostname-override', 'n1',
-  ]);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
-  serverCa = fs.readFileSync(path.join(dir, 'root', 'pki', 'kubelet.crt'), 'utf8');
+  n1 = await startConnectedNode({ prefix: 'nodelet-connected-', webhook: true, config: { readOnlyPort }, manifests: { 'web.yaml': staticManifest('v1') } });
 });
 
 afterAll(async () => {
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await api?.close();
-  await cri?.stop();
-  await cp?.close();
+  await n1?.close();
 });
 
 function staticManifest(version: string): string {
@@ -86,7 +47,7 @@ const KUBECTL = '/usr/bin/kubectl';
 
 function kubectl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
+    execFile(KUBECTL, ['--kubeconfig', path.join(n1.dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: n1.dir, KUBECACHEDIR: path.join(n1.dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
       resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
   });
@@ -96,25 +57,25 @@ const nodePods = async () => ((await (await fetch(`http://127.0.0.1:${readOnlyPo
 
 describe('nodelet connected to a control plane', () => {
   it('says it runs connected, registers its Node with the kubelet labels, and reports it Ready', async () => {
-    expect(nodelet.records.find((r) => /starting nodelet in connected mode/.test(r.msg))).toBeTruthy();
+    expect(n1.nodelet.records.find((r) => /starting nodelet in connected mode/.test(r.msg))).toBeTruthy();
     const node = await eventually(async () => {
-      const n = await api.get<Node>(NODES, { name: 'n1' }).catch(() => undefined);
+      const n = await n1.api.get<Node>(NODES, { name: 'n1' }).catch(() => undefined);
       return n?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True' ? n : undefined;
     }, 15_000);
     expect(node.metadata!.labels).toMatchObject({ 'kubernetes.io/hostname': 'n1', 'kubernetes.io/os': 'linux' });
-    expect(node.status!.daemonEndpoints!.kubeletEndpoint!.Port).toBe(port);
+    expect(node.status!.daemonEndpoints!.kubeletEndpoint!.Port).toBe(n1.ports.https);
     expect(node.status!.nodeInfo!.containerRuntimeVersion).toMatch(/:\/\//);
     expect(node.status!.conditions!.map((c) => c.type)).toEqual(['MemoryPressure', 'DiskPressure', 'PIDPressure', 'Ready']);
   });
 
   it('renews kube-node-lease/n1, owned by its Node', async () => {
-    const first = await eventually(() => api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' }).catch(() => undefined), 15_000);
-    const node = await api.get<Node>(NODES, { name: 'n1' });
+    const first = await eventually(() => n1.api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' }).catch(() => undefined), 15_000);
+    const node = await n1.api.get<Node>(NODES, { name: 'n1' });
     expect(first.spec).toMatchObject({ holderIdentity: 'n1', leaseDurationSeconds: 4 });
     expect(first.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: node.metadata!.uid }]);
     // 4 s lease: renewed about every second.
     await eventually(async () => {
-      const l = await api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' });
+      const l = await n1.api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' });
       return l.spec!.renewTime !== first.spec!.renewTime;
     }, 5_000);
   });
@@ -126,14 +87,14 @@ describe('nodelet connected to a control plane', () => {
       metadata: { name: 'api-pod', namespace: 'default' },
       spec: { nodeName: 'n1', hostNetwork: true, terminationGracePeriodSeconds: 0, containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }] },
     };
-    const created = await api.create<Pod>(PODS, pod);
+    const created = await n1.api.create<Pod>(PODS, pod);
     // A pod bound to another node is not ours.
-    await api.create<Pod>(PODS, { ...pod, metadata: { name: 'elsewhere', namespace: 'default' }, spec: { ...pod.spec!, nodeName: 'n2' } });
+    await n1.api.create<Pod>(PODS, { ...pod, metadata: { name: 'elsewhere', namespace: 'default' }, spec: { ...pod.spec!, nodeName: 'n2' } });
     const running = await eventually(async () => (await nodePods()).find((p) => p.metadata!.name === 'api-pod' && p.status?.phase === 'Running'), 15_000);
     expect(running.metadata!.uid).toBe(created.metadata!.uid);
     // Its status goes back to the control plane, as `kubectl get pods` shows it.
     const inApi = await eventually(async () => {
-      const p = await api.get<Pod>(PODS, { namespace: 'default', name: 'api-pod' });
+      const p = await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'api-pod' });
       return p.status?.phase === 'Running' ? p : undefined;
     }, 10_000);
     expect(inApi.status!.containerStatuses).toEqual([expect.objectContaining({ name: 'app', ready: true, restartCount: 0, state: { running: expect.objectContaining({ startedAt: expect.any(String) }) } })]);
@@ -141,7 +102,7 @@ describe('nodelet connected to a control plane', () => {
     expect(inApi.metadata!.managedFields!.map((f) => [f.manager, f.operation, f.subresource])).toContainEqual(['nodelet', 'Update', 'status']);
     // Events, as `kubectl describe pod` lists them.
     const podEvents = await eventually(async () => {
-      const { items } = await api.listAll<CoreEvent>(EVENTS, { namespace: 'default' });
+      const { items } = await n1.api.listAll<CoreEvent>(EVENTS, { namespace: 'default' });
       const mine = items.filter((e) => e.involvedObject.uid === created.metadata!.uid);
       return mine.some((e) => e.reason === 'Started') ? mine : undefined;
     }, 10_000);
@@ -150,14 +111,14 @@ describe('nodelet connected to a control plane', () => {
       ['Created', 'Normal', 'Created container: app', 'spec.containers{app}', 'n1'],
       ['Started', 'Normal', 'Started container app', 'spec.containers{app}', 'n1'],
     ]);
-    const nodeEvents = (await api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.kind === 'Node' && e.involvedObject.name === 'n1');
+    const nodeEvents = (await n1.api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.kind === 'Node' && e.involvedObject.name === 'n1');
     expect(nodeEvents.map((e) => e.reason)).toEqual(expect.arrayContaining(['Starting', 'NodeReady']));
     expect((await nodePods()).some((p) => p.metadata!.name === 'elsewhere')).toBe(false);
-    const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
+    const runtime = createCriClient({ runtimeEndpoint: `unix://${n1.cri.socketPath}`, requestTimeoutMs: 5000 });
     try {
       const sel = { labelSelector: { 'io.kubernetes.pod.uid': created.metadata!.uid! } };
       expect((await runtime.listPodSandbox(sel)).length).toBe(1);
-      await api.delete(PODS, { namespace: 'default', name: 'api-pod' });
+      await n1.api.delete(PODS, { namespace: 'default', name: 'api-pod' });
       await eventually(async () => !(await nodePods()).some((p) => p.metadata!.name === 'api-pod'), 15_000);
       await eventually(async () => (await runtime.listPodSandbox(sel)).length === 0, 15_000);
     } finally {
@@ -173,44 +134,44 @@ describe('nodelet connected to a control plane', () => {
       terminationGracePeriodSeconds: 0,
       containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command }],
     });
-    const once = await api.create<Pod>(PODS, { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'once', namespace: 'default' }, spec: spec(['sh', '-c', 'exit 0']) });
+    const once = await n1.api.create<Pod>(PODS, { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'once', namespace: 'default' }, spec: spec(['sh', '-c', 'exit 0']) });
     const done = await eventually(async () => {
-      const p = await api.get<Pod>(PODS, { namespace: 'default', name: 'once' });
+      const p = await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'once' });
       return p.status?.phase === 'Succeeded' ? p : undefined;
     }, 15_000);
     expect(done.status!.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
     // Terminal, as the kubelet keeps it: its sandbox stopped, its one container kept (status,
     // `kubectl logs`), never run again and never written back to Running; removed from the
     // runtime once the pod is deleted in the API.
-    const runtime = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
+    const runtime = createCriClient({ runtimeEndpoint: `unix://${n1.cri.socketPath}`, requestTimeoutMs: 5000 });
     try {
       const onceSel = { labelSelector: { 'io.kubernetes.pod.uid': once.metadata!.uid! } };
       await eventually(async () => (await runtime.listPodSandbox(onceSel)).every((sb) => sb.state === 'SANDBOX_NOTREADY'), 15_000);
       await new Promise((r) => setTimeout(r, 2_000)); // two relists: nothing started again
       expect(await runtime.listContainers(onceSel)).toHaveLength(1);
-      expect((await api.get<Pod>(PODS, { namespace: 'default', name: 'once' })).status!.phase).toBe('Succeeded');
-      await api.delete(PODS, { namespace: 'default', name: 'once' });
+      expect((await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'once' })).status!.phase).toBe('Succeeded');
+      await n1.api.delete(PODS, { namespace: 'default', name: 'once' });
       await eventually(async () => (await runtime.listPodSandbox(onceSel)).length === 0, 15_000);
 
-      const held = await api.create<Pod>(PODS, {
+      const held = await n1.api.create<Pod>(PODS, {
         apiVersion: 'v1',
         kind: 'Pod',
         metadata: { name: 'held', namespace: 'default', finalizers: ['example.com/hold'] },
         spec: { ...spec(['sleep', '3600']), restartPolicy: 'Always' },
       });
       const sel = { labelSelector: { 'io.kubernetes.pod.uid': held.metadata!.uid! } };
-      await eventually(async () => (await api.get<Pod>(PODS, { namespace: 'default', name: 'held' })).status?.phase === 'Running', 15_000);
-      await api.delete(PODS, { namespace: 'default', name: 'held' });
+      await eventually(async () => (await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'held' })).status?.phase === 'Running', 15_000);
+      await n1.api.delete(PODS, { namespace: 'default', name: 'held' });
       // The finalizer keeps it in the API with deletionTimestamp: nodelet stops and removes it
       // from the runtime, then ends its part of the deletion (DELETE, grace 0, UID precondition).
       await eventually(async () => (await runtime.listPodSandbox(sel)).length === 0, 15_000);
-      await nodelet.waitForMsg(/deleted from the control plane/, 10_000);
-      const terminating = await api.get<Pod>(PODS, { namespace: 'default', name: 'held' });
+      await n1.nodelet.waitForMsg(/deleted from the control plane/, 10_000);
+      const terminating = await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'held' });
       expect(terminating.metadata!.deletionTimestamp).toBeTruthy();
-      await api.patch(PODS, { namespace: 'default', name: 'held' }, { metadata: { finalizers: null } }, { type: 'merge' });
-      await eventually(async () => (await api.get<Pod>(PODS, { namespace: 'default', name: 'held' }).catch(() => undefined)) === undefined, 5_000);
+      await n1.api.patch(PODS, { namespace: 'default', name: 'held' }, { metadata: { finalizers: null } }, { type: 'merge' });
+      await eventually(async () => (await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'held' }).catch(() => undefined)) === undefined, 5_000);
       // Not started again meanwhile.
-      expect(cri.calls.filter((c) => c.method === 'RunPodSandbox' && JSON.stringify(c.request).includes(held.metadata!.uid!))).toHaveLength(1);
+      expect(n1.cri.calls.filter((c) => c.method === 'RunPodSandbox' && JSON.stringify(c.request).includes(held.metadata!.uid!))).toHaveLength(1);
     } finally {
       runtime.close();
     }
@@ -219,37 +180,37 @@ describe('nodelet connected to a control plane', () => {
   it('a static pod has a mirror pod in the API with its status; a deleted mirror comes back, an edited file replaces it, a removed file deletes it', async () => {
     const mirrorOf = async (pred: (p: Pod) => boolean = () => true) =>
       eventually(async () => {
-        const p = await api.get<Pod>(PODS, { namespace: 'default', name: 'static-web-n1' }).catch(() => undefined);
+        const p = await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'static-web-n1' }).catch(() => undefined);
         return p && !p.metadata!.deletionTimestamp && p.status?.phase === 'Running' && pred(p) ? p : undefined;
       }, 15_000);
     const staticPod = await eventually(async () => (await nodePods()).find((p) => p.metadata!.name === 'static-web-n1' && p.status?.phase === 'Running'), 15_000);
-    const node = await api.get<Node>(NODES, { name: 'n1' });
+    const node = await n1.api.get<Node>(NODES, { name: 'n1' });
     const first = await mirrorOf();
     expect(first.metadata!.annotations).toMatchObject({ 'kubernetes.io/config.mirror': staticPod.metadata!.uid, 'kubernetes.io/config.source': 'file' });
     expect(first.metadata!.uid).not.toBe(staticPod.metadata!.uid);
     expect(first.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: node.metadata!.uid, controller: true }]);
     expect(first.metadata!.labels).toEqual({ version: 'v1' });
     expect(first.status!.containerStatuses![0]!.containerID).toBe(staticPod.status!.containerStatuses![0]!.containerID);
-    const sandboxesBefore = cri.calls.filter((c) => c.method === 'RunPodSandbox').length;
+    const sandboxesBefore = n1.cri.calls.filter((c) => c.method === 'RunPodSandbox').length;
 
     // Deleting the mirror pod does not touch the static pod: the mirror comes back.
-    await api.delete(PODS, { namespace: 'default', name: 'static-web-n1' });
+    await n1.api.delete(PODS, { namespace: 'default', name: 'static-web-n1' });
     const second = await mirrorOf((p) => p.metadata!.uid !== first.metadata!.uid);
     expect(second.metadata!.annotations!['kubernetes.io/config.mirror']).toBe(staticPod.metadata!.uid);
-    expect(cri.calls.filter((c) => c.method === 'RunPodSandbox').length).toBe(sandboxesBefore);
+    expect(n1.cri.calls.filter((c) => c.method === 'RunPodSandbox').length).toBe(sandboxesBefore);
 
     // An edited file is a new static pod: its mirror replaces the old one.
-    fs.writeFileSync(path.join(dir, 'manifests', 'web.yaml'), staticManifest('v2'));
+    fs.writeFileSync(path.join(n1.dir, 'manifests', 'web.yaml'), staticManifest('v2'));
     const third = await mirrorOf((p) => p.metadata!.labels?.['version'] === 'v2');
     expect(third.metadata!.annotations!['kubernetes.io/config.mirror']).not.toBe(staticPod.metadata!.uid);
 
-    fs.rmSync(path.join(dir, 'manifests', 'web.yaml'));
-    await eventually(async () => (await api.get<Pod>(PODS, { namespace: 'default', name: 'static-web-n1' }).catch(() => undefined)) === undefined, 15_000);
-    expect(nodelet.records.filter((r) => (r.level === 'warn' || r.level === 'error') && /mirror/.test(r.msg))).toEqual([]);
+    fs.rmSync(path.join(n1.dir, 'manifests', 'web.yaml'));
+    await eventually(async () => (await n1.api.get<Pod>(PODS, { namespace: 'default', name: 'static-web-n1' }).catch(() => undefined)) === undefined, 15_000);
+    expect(n1.nodelet.records.filter((r) => (r.level === 'warn' || r.level === 'error') && /mirror/.test(r.msg))).toEqual([]);
   });
 
   it.runIf(fs.existsSync(KUBECTL))('as an operator sees it with kubectl: the node Ready, the pod Running on it, its events in describe', async () => {
-    await api.create<Pod>(PODS, {
+    await n1.api.create<Pod>(PODS, {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name: 'seen', namespace: 'default' },
@@ -272,35 +233,35 @@ describe('nodelet connected to a control plane', () => {
     expect(describe).toMatch(/^Node:\s+n1\//m);
     expect(describe).toMatch(/^Status:\s+Running/m);
     expect(describe).toMatch(/Normal\s+Pulled\s+.*kubelet\s+Container image "docker.io\/local\/busybox:latest" already present on machine/);
-    await api.delete(PODS, { namespace: 'default', name: 'seen' });
+    await n1.api.delete(PODS, { namespace: 'default', name: 'seen' });
   });
 
   it('HTTPS: a bearer token is checked with a TokenReview and the request with a SubjectAccessReview', async () => {
-    cp.addToken('forensics-token', 'forensics', ['ops']);
-    cp.setAccessRules((a) =>
+    n1.cp.addToken('forensics-token', 'forensics', ['ops']);
+    n1.cp.setAccessRules((a) =>
       a.user === 'forensics' && a.verb === 'get' && a.resource === 'nodes' && a.subresource === 'proxy' ? { allowed: true } : { allowed: false, reason: `no rule for ${a.user}` },
     );
-    const ok = await request(`https://127.0.0.1:${port}/pods`, { ca: serverCa, token: 'forensics-token' });
+    const ok = await request(`https://127.0.0.1:${n1.ports.https}/pods`, { ca: n1.servingCert(), token: 'forensics-token' });
     expect(ok.status).toBe(200);
     // create nodes/checkpoint is not granted: 403 before any lookup.
-    const denied = await request(`https://127.0.0.1:${port}/checkpoint/default/api-pod/app`, { method: 'POST', ca: serverCa, token: 'forensics-token' });
+    const denied = await request(`https://127.0.0.1:${n1.ports.https}/checkpoint/default/api-pod/app`, { method: 'POST', ca: n1.servingCert(), token: 'forensics-token' });
     expect(denied.status).toBe(403);
     expect(denied.body).toContain('subresource(s)=[checkpoint]');
     expect(denied.body).toContain('no rule for forensics');
-    const unknown = await request(`https://127.0.0.1:${port}/pods`, { ca: serverCa, token: 'wrong' });
+    const unknown = await request(`https://127.0.0.1:${n1.ports.https}/pods`, { ca: n1.servingCert(), token: 'wrong' });
     expect(unknown.status).toBe(401);
   });
 
   // Last: it stops the agent.
   it('SIGTERM: exits 0 at once with the watch open, the loops stopped and queued events sent; no warning on the way', async () => {
-    const from = nodelet.records.length;
+    const from = n1.nodelet.records.length;
     const t0 = Date.now();
-    nodelet.kill('SIGTERM');
-    const { code } = await nodelet.exited;
+    n1.nodelet.kill('SIGTERM');
+    const { code } = await n1.nodelet.exited;
     expect(code).toBe(0);
     // Was 20 s: the client closed first and waited for the watch the reflector still held.
     expect(Date.now() - t0).toBeLessThan(5_000);
-    expect(nodelet.records.slice(from).filter((r) => r.level === 'warn' || r.level === 'error').map((r) => r.msg)).toEqual([]);
+    expect(n1.nodelet.records.slice(from).filter((r) => r.level === 'warn' || r.level === 'error').map((r) => r.msg)).toEqual([]);
   });
 });
 
@@ -316,7 +277,7 @@ describe('a control plane that does not answer', () => {
       '--root-dir', path.join(d, 'root'),
       '--lock-file', path.join(d, 'lock'),
       '--hostname-override', 'n9',
-      '--container-runtime-endpoint', `unix://${cri.socketPath}`,
+      '--container-runtime-endpoint', `unix://${n1.cri.socketPath}`,
       '--port', String(await freePort()),
       '--read-only-port', '0',
       '--healthz-port', '0',

@@ -4,39 +4,31 @@
  * a static pod gets its mirror pod, and deleting the pod in the API removes it from
  * containerd. The control plane is the in-process test server.
  */
-import path from 'node:path';
 import type { Event as CoreEvent, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ControlPlaneClient, EVENTS, PODS } from '../../../src/controlplane/client.js';
-import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { eventually, tempDir } from '../../helpers/nodelet.js';
+import { EVENTS, PODS } from '../../../src/controlplane/client.js';
+import { eventually } from '../../helpers/nodelet.js';
+import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
 import { busyboxPod, NODE_NAME, runtimePods, startPodNode, type PodNode } from './harness.js';
 
-let cp: ControlPlane;
-let api: ControlPlaneClient;
+let cluster: TestCluster;
 let node: PodNode;
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  const dir = tempDir('nodelet-connected-containerd-');
-  cp.writeKubeconfig(path.join(dir, 'kubelet.kubeconfig'), { user: `system:node:${NODE_NAME}`, groups: ['system:nodes'] });
-  cp.writeKubeconfig(path.join(dir, 'admin.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
-  api = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'admin.kubeconfig')) });
-  node = await startPodNode({ kubeconfig: path.join(dir, 'kubelet.kubeconfig'), containerdDir: '/var/lib/nodelet-dev/containerd-connected' });
+  cluster = await startTestCluster({ prefix: 'nodelet-connected-containerd-' });
+  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE_NAME), containerdDir: '/var/lib/nodelet-dev/containerd-connected' });
 });
 
 afterAll(async () => {
   await node?.close();
-  await api?.close();
-  await cp?.close();
+  await cluster?.close();
 });
 
-const getPod = (name: string) => api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
+const getPod = (name: string) => cluster.api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
 
 describe('connected mode on containerd', () => {
   it('runs a bound pod in containerd, reports its status with probe readiness and its events, and removes it when deleted in the API', async () => {
-    const created = await api.create<Pod>(PODS, {
+    const created = await cluster.api.create<Pod>(PODS, {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name: 'bound', namespace: 'default' },
@@ -69,10 +61,10 @@ describe('connected mode on containerd', () => {
     expect(ready.status!.conditions!.find((c) => c.type === 'Ready')).toMatchObject({ status: 'True' });
     const sandboxes = (await runtimePods(node.cri)).filter((s) => s.labels['io.kubernetes.pod.uid'] === uid);
     expect(sandboxes).toHaveLength(1);
-    const reasons = (await api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.uid === uid).map((e) => e.reason);
+    const reasons = (await cluster.api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.uid === uid).map((e) => e.reason);
     expect(reasons).toEqual(expect.arrayContaining(['Pulled', 'Created', 'Started']));
 
-    await api.delete(PODS, { namespace: 'default', name: 'bound' });
+    await cluster.api.delete(PODS, { namespace: 'default', name: 'bound' });
     await eventually(async () => !(await runtimePods(node.cri)).some((s) => s.labels['io.kubernetes.pod.uid'] === uid), 30_000);
   });
 

@@ -1,11 +1,13 @@
 /**
- * A nodelet running standalone against a private containerd (its own base directory, so
- * that tests may stop and start it and nodelet's orphan removal touches nothing else),
- * with a static pod folder, a pod logs folder and the read-only port to read /pods.
+ * A nodelet against a private containerd (its own base directory, so that tests may stop
+ * and start it and nodelet's orphan removal touches nothing else), standalone or connected
+ * to a control plane, with a static pod folder, a pod logs folder, a container log link
+ * folder and the read-only port to read /pods.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
+import { LABEL_NODELET_NODE } from '../../../src/pods/labels.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { ensureContainerd } from '../../helpers/containerd.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
@@ -15,17 +17,21 @@ export const PODS_CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-pods';
 export const NODE_NAME = 'testnode';
 
 export interface PodNode {
+  /** The node's name (`--hostname-override`). */
+  name: string;
   dir: string;
   manifests: string;
   rootDir: string;
   logsDir: string;
+  /** `--container-log-dir`: the `/var/log/containers`-style links. */
+  containerLogDir: string;
   endpoint: string;
   readOnlyPort: number;
   /** The HTTPS port (anonymous, AlwaysAllow). */
   port: number;
   cri: CriClient;
   nodelet: NodeletProcess;
-  /** Starts nodelet again with the same files (after a kill). */
+  /** Starts nodelet again with the same files and flags (after a kill). */
   restart(): Promise<void>;
   pods(): Promise<Pod[]>;
   pod(name: string): Promise<Pod | undefined>;
@@ -33,13 +39,19 @@ export interface PodNode {
   close(): Promise<void>;
 }
 
-/** `kubeconfig`: connected to that control plane (else standalone); `containerdDir`: a containerd of the caller's own (default PODS_CONTAINERD_DIR). */
-export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string } = {}): Promise<PodNode> {
+/**
+ * `kubeconfig`: connected to that control plane (else standalone); `containerdDir`: a
+ * containerd of the caller's own (default PODS_CONTAINERD_DIR); `name`: the node's name
+ * (default NODE_NAME); `config`: more KubeletConfiguration fields (they win over the harness's).
+ */
+export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean> } = {}): Promise<PodNode> {
   const { endpoint } = await ensureContainerd({ dir: o.containerdDir ?? PODS_CONTAINERD_DIR });
+  const name = o.name ?? NODE_NAME;
   const dir = tempDir('nodelet-pods-');
   const manifests = path.join(dir, 'manifests');
   const rootDir = path.join(dir, 'root');
   const logsDir = path.join(dir, 'logs');
+  const containerLogDir = path.join(dir, 'containers');
   fs.mkdirSync(manifests);
   const readOnlyPort = await freePort();
   const port = await freePort();
@@ -54,14 +66,17 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
     // Anonymous + AlwaysAllow on loopback: the tests read /containerLogs without credentials.
     authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
     authorization: '{mode: AlwaysAllow}',
+    ...o.config,
   });
-  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, '--container-log-dir', path.join(dir, 'containers'), ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
+  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', name, '--container-log-dir', containerLogDir, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
   const node: PodNode = {
+    name,
     dir,
     manifests,
     rootDir,
     logsDir,
+    containerLogDir,
     endpoint,
     readOnlyPort,
     port,
@@ -76,8 +91,8 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
       if (res.status !== 200) throw new Error(`/pods answered ${res.status}`);
       return ((await res.json()) as PodList).items;
     },
-    async pod(name) {
-      return (await node.pods()).find((p) => p.metadata?.name === `${name}-${NODE_NAME}`);
+    async pod(pod) {
+      return (await node.pods()).find((p) => p.metadata?.name === `${pod}-${name}`);
     },
     writeManifest(file, pod) {
       // Write then rename, as an operator's tooling should: the watcher never sees half a file.
@@ -86,9 +101,11 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
       fs.renameSync(tmp, path.join(manifests, file));
     },
     async close() {
-      // Remove every pod this node ran, then stop nodelet.
+      // Remove every pod this node ran, then stop nodelet. Only this node's: nodelet leaves
+      // alone a runtime pod another node's agent made (one a killed agent left behind).
       for (const f of fs.readdirSync(manifests)) fs.rmSync(path.join(manifests, f));
-      await eventually(async () => (await node.pods()).length === 0 && (await runtimePods(cri)).length === 0, 60_000).catch(() => undefined);
+      const ours = async () => (await runtimePods(cri)).filter((s) => s.labels[LABEL_NODELET_NODE] === name);
+      await eventually(async () => (await node.pods()).length === 0 && (await ours()).length === 0, 60_000).catch(() => undefined);
       node.nodelet.kill('SIGTERM');
       await node.nodelet.exited;
       cri.close();
@@ -103,7 +120,12 @@ export async function runtimePods(cri: CriClient) {
   return (await cri.listPodSandbox()).filter((s) => s.labels['io.kubernetes.pod.uid']);
 }
 
-/** A busybox pod on the host network (no CNI on these machines). */
+/** Every container in the runtime (any state) of the pod with this UID. */
+export async function podContainers(cri: CriClient, uid: string) {
+  return cri.listContainers({ labelSelector: { 'io.kubernetes.pod.uid': uid } });
+}
+
+/** A busybox pod on the host network (where the network is not what a test is about). */
 export function busyboxPod(name: string, script: string, extra: { restartPolicy?: string; container?: object; spec?: object } = {}): object {
   return {
     apiVersion: 'v1',
@@ -132,4 +154,10 @@ export function containerLog(node: PodNode, pod: Pod, container: string, n = 0):
   const m = pod.metadata!;
   const file = path.join(node.logsDir, `${m.namespace}_${m.name}_${m.uid}`, container, `${n}.log`);
   return fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
+}
+
+/** `busyboxPod` as the control plane holds it, bound to node `nodeName`: namespace `default`, `spec.nodeName`. */
+export function boundPod(nodeName: string, name: string, script: string, extra: Parameters<typeof busyboxPod>[2] = {}): Pod {
+  const p = busyboxPod(name, script, extra) as Pod;
+  return { ...p, metadata: { ...p.metadata, namespace: 'default' }, spec: { ...p.spec!, nodeName } };
 }

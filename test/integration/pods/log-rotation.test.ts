@@ -18,12 +18,9 @@ import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
-import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureContainerd } from '../../helpers/containerd.js';
-import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
-import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
-import { busyboxPod, NODE_NAME, runtimePods } from './harness.js';
+import { eventually } from '../../helpers/nodelet.js';
+import { busyboxPod, runtimePods, startPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-logrotate';
 const MAX_SIZE = 64 * 1024;
@@ -36,57 +33,20 @@ const INTERVAL_MS = 1000;
  */
 const LINES = 8_000;
 
-let dir: string;
-let linkDir: string;
-let logsDir: string;
-let manifests: string;
-let port: number;
-let readOnlyPort: number;
-let nodelet: NodeletProcess;
-let cri: CriClient;
+let node: PodNode;
 
 beforeAll(async () => {
-  const { endpoint } = await ensureContainerd({ dir: CONTAINERD_DIR });
-  dir = tempDir('nodelet-logrot-');
-  linkDir = path.join(dir, 'containers');
-  logsDir = path.join(dir, 'pods');
-  manifests = path.join(dir, 'manifests');
-  fs.mkdirSync(manifests);
-  fs.mkdirSync(path.join(dir, 'trigger'));
-  port = await freePort();
-  readOnlyPort = await freePort();
-  const config = writeKubeletConfig(dir, {
-    staticPodPath: manifests,
-    containerRuntimeEndpoint: endpoint,
-    podLogsDir: logsDir,
-    readOnlyPort,
-    port,
-    address: '127.0.0.1',
-    healthzPort: 0,
-    authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
-    authorization: '{mode: AlwaysAllow}',
-    containerLogMaxSize: '64Ki',
-    containerLogMaxFiles: MAX_FILES,
-    containerLogMonitorInterval: '1s',
+  node = await startPodNode({
+    containerdDir: CONTAINERD_DIR,
+    config: { containerLogMaxSize: '64Ki', containerLogMaxFiles: MAX_FILES, containerLogMonitorInterval: '1s' },
   });
-  cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
-  nodelet = startNodelet(['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', NODE_NAME, '--container-log-dir', linkDir]);
-  await nodelet.waitForMsg(/nodelet is ready/, 30_000);
+  fs.mkdirSync(path.join(node.dir, 'trigger'));
 }, 300_000);
 
 afterAll(async () => {
-  for (const f of fs.readdirSync(manifests ?? '/nonexistent')) fs.rmSync(path.join(manifests, f));
-  if (cri) await eventually(async () => (await runtimePods(cri)).length === 0, 60_000).catch(() => undefined);
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  cri?.close();
-  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  await node?.close();
+  if (node) fs.rmSync(node.dir, { recursive: true, force: true });
 }, 90_000);
-
-async function pod(name: string): Promise<Pod | undefined> {
-  const res = await fetch(`http://127.0.0.1:${readOnlyPort}/pods`);
-  return ((await res.json()) as PodList).items.find((p) => p.metadata?.name === `${name}-${NODE_NAME}`);
-}
 
 /** The numbers of CRI records (`<time> stdout F <n> <pad>`) and their times, in order. */
 function records(text: string): { n: number; ms: number; bytes: number }[] {
@@ -126,24 +86,24 @@ describe('container log rotation on containerd', () => {
     const script = `echo 0 ready; while [ ! -e /trigger/go ]; do usleep 20000; done; i=0; while [ $i -lt ${LINES} ]; do for j in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50; do i=$((i+1)); echo "$i ${pad}"; done; usleep 20000; done; sleep 3600`;
     const manifest = busyboxPod('chatty', script, {
       container: { volumeMounts: [{ name: 'trigger', mountPath: '/trigger' }] },
-      spec: { volumes: [{ name: 'trigger', hostPath: { path: path.join(dir, 'trigger'), type: 'Directory' } }] },
+      spec: { volumes: [{ name: 'trigger', hostPath: { path: path.join(node.dir, 'trigger'), type: 'Directory' } }] },
     });
-    fs.writeFileSync(path.join(manifests, 'chatty.json'), JSON.stringify(manifest));
+    node.writeManifest('chatty.json', manifest);
     const running = await eventually(async () => {
-      const p = await pod('chatty');
+      const p = await node.pod('chatty');
       return p?.status?.containerStatuses?.[0]?.state?.running ? p : undefined;
     }, 60_000);
     const m = running.metadata!;
     const id = running.status!.containerStatuses![0]!.containerID!.replace('containerd://', '');
-    const logDir = path.join(logsDir, `${m.namespace}_${m.name}_${m.uid}`, 'main');
+    const logDir = path.join(node.logsDir, `${m.namespace}_${m.name}_${m.uid}`, 'main');
     const live = path.join(logDir, '0.log');
 
     // The link shippers read: made when the container started, to its live log.
-    const link = path.join(linkDir, `${m.name}_${m.namespace}_main-${id}.log`);
+    const link = path.join(node.containerLogDir, `${m.name}_${m.namespace}_main-${id}.log`);
     expect(fs.readlinkSync(link)).toBe(live);
 
     // Follow from the start (its first line read: it is there), then let the container write.
-    const f = follow(`https://127.0.0.1:${port}/containerLogs/${m.namespace}/${m.name}/main?follow=true`);
+    const f = follow(`https://127.0.0.1:${node.port}/containerLogs/${m.namespace}/${m.name}/main?follow=true`);
     await f.opened;
     await eventually(() => f.nums[0] === 0, 10_000, 50);
     let most = 0;
@@ -154,7 +114,7 @@ describe('container log rotation on containerd', () => {
       for (const n of names) if (n !== '0.log') rotatedSeen.add(n.replace(/\.(gz|tmp)$/, ''));
     }, 25);
     const started = Date.now();
-    fs.writeFileSync(path.join(dir, 'trigger', 'go'), '');
+    fs.writeFileSync(path.join(node.dir, 'trigger', 'go'), '');
     try {
       // Every line reaches the follower, across every rotation.
       await eventually(() => f.nums.length > LINES, 90_000, 200);
@@ -199,8 +159,8 @@ describe('container log rotation on containerd', () => {
     console.log(`log rotation: ${LINES} lines in ${elapsed.toFixed(1)} s, ${rotatedSeen.size} rotations, at most ${most} files, biggest rotated file ${biggest} bytes, rotated at most ${worstLagMs} ms after reaching ${MAX_SIZE} bytes`);
 
     // The pod goes: its link goes with its container.
-    fs.rmSync(path.join(manifests, 'chatty.json'));
-    await eventually(async () => (await runtimePods(cri)).length === 0, 60_000);
-    await eventually(() => !fs.existsSync(link) && !fs.readdirSync(linkDir).length, 10_000);
+    fs.rmSync(path.join(node.manifests, 'chatty.json'));
+    await eventually(async () => (await runtimePods(node.cri)).length === 0, 60_000);
+    await eventually(() => !fs.existsSync(link) && !fs.readdirSync(node.containerLogDir).length, 10_000);
   }, 180_000);
 });
