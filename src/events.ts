@@ -9,10 +9,17 @@
  * `lastTimestamp`, not a new object, as client-go's correlator does. A write that fails is
  * retried a few times, then dropped with a log line: events are best effort, as the
  * kubelet's. Standalone, there is nowhere to send them: `noEvents`.
+ *
+ * Every event taken is logged at debug (`Event occurred`, as the kubelet logs each event at
+ * -v=3), and every event dropped is logged with the same fields (after its attempts at
+ * info; queue full or recorder stopped at debug), so what was meant to be sent can be
+ * checked against what the API holds. A retried create keeps the event's name, and an
+ * AlreadyExists answer means an earlier attempt got through (its answer was lost): the
+ * event is then sent, not created twice.
  */
 import type { Event as CoreEvent, ObjectReference } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, realClock, type Clock } from './clock.js';
-import { errorMessage, NodeletError } from './errors.js';
+import { errorMessage, isNodeletError, NodeletError } from './errors.js';
 import type { Logger } from './log.js';
 
 export type EventType = 'Normal' | 'Warning';
@@ -50,6 +57,8 @@ interface Pending {
   message: string;
   at: number;
   tries: number;
+  /** The Event object's name, fixed at the first create attempt so that a retry cannot make a second object. */
+  name?: string;
 }
 
 interface Sent {
@@ -66,6 +75,8 @@ export class ApiEventRecorder implements EventSink {
   readonly #queue: Pending[] = [];
   readonly #sent = new Map<string, Sent>();
   #flushing: Promise<void> | undefined;
+  /** True from the start of a flush until it finds the queue empty (set and cleared synchronously). */
+  #running = false;
   #dropped = 0;
   #seq = 0;
   #stopped = false;
@@ -75,18 +86,30 @@ export class ApiEventRecorder implements EventSink {
   }
 
   emit(ref: ObjectReference, type: EventType, reason: string, message: string): void {
-    if (this.#stopped) return;
-    if (this.#queue.length >= this.#o.maxQueue) {
-      this.#queue.shift();
-      if (this.#dropped++ === 0) this.#o.logger.warn({ maxQueue: this.#o.maxQueue }, 'event queue full: dropping the oldest events');
+    const e: Pending = { ref, type, reason, message, at: this.#o.clock.now(), tries: 0 };
+    this.#o.logger.debug(eventFields(e), 'Event occurred');
+    if (this.#stopped) {
+      this.#o.logger.debug(eventFields(e), 'event dropped: the recorder is stopped');
+      return;
     }
-    this.#queue.push({ ref, type, reason, message, at: this.#o.clock.now(), tries: 0 });
-    this.#flushing ??= this.#flush().finally(() => (this.#flushing = undefined));
+    if (this.#queue.length >= this.#o.maxQueue) {
+      const oldest = this.#queue.shift()!;
+      if (this.#dropped++ === 0) this.#o.logger.warn({ maxQueue: this.#o.maxQueue }, 'event queue full: dropping the oldest events');
+      this.#o.logger.debug(eventFields(oldest), 'event dropped: queue full');
+    }
+    this.#queue.push(e);
+    // #running is cleared by the flush in the same turn as it finds the queue empty, so an
+    // event queued at any later moment starts a new flush (a flag cleared in a `finally`
+    // callback, a microtask later, left such an event waiting for the next emit).
+    if (!this.#running) {
+      this.#running = true;
+      this.#flushing = this.#flush();
+    }
   }
 
   /** Resolves when the queue is empty (tests, shutdown). */
   async flushed(): Promise<void> {
-    while (this.#flushing) await this.#flushing;
+    while (this.#running) await this.#flushing;
   }
 
   /** Stops taking events; sends what is queued, for at most `deadlineMs`. */
@@ -98,6 +121,7 @@ export class ApiEventRecorder implements EventSink {
   }
 
   async #flush(): Promise<void> {
+    // Always called with an event queued, so the first await comes before #running is cleared.
     // The event in flight is off the queue, so a full queue drops the oldest waiting one, never it.
     for (let e = this.#queue.shift(); e; e = this.#queue.shift()) {
       try {
@@ -105,13 +129,14 @@ export class ApiEventRecorder implements EventSink {
       } catch (err) {
         e.tries++;
         if (e.tries >= this.#o.attempts) {
-          this.#o.logger.info({ reason: e.reason, object: `${e.ref.namespace ?? ''}/${e.ref.name}`, err: errorMessage(err) }, `event dropped after ${e.tries} attempts: ${errorMessage(err)}`);
+          this.#o.logger.info({ ...eventFields(e), err: errorMessage(err) }, `event dropped after ${e.tries} attempts: ${errorMessage(err)}`);
         } else {
           this.#queue.unshift(e);
           await this.#o.clock.sleep(backoffDelay(e.tries, 200, 5_000)).catch(() => undefined);
         }
       }
     }
+    this.#running = false;
     if (this.#dropped > 1) this.#o.logger.warn({ dropped: this.#dropped }, `${this.#dropped} events were dropped (queue full)`);
     this.#dropped = 0;
   }
@@ -132,8 +157,8 @@ export class ApiEventRecorder implements EventSink {
     }
     const namespace = e.ref.namespace || 'default';
     // client-go's naming: <object>.<unix nanos in hex>; the sequence keeps two in one millisecond apart.
-    const name = `${e.ref.name}.${(BigInt(e.at) * 1_000_000n + BigInt(this.#seq++ % 1_000_000)).toString(16)}`;
-    await this.#o.api.create({
+    const name = (e.name ??= `${e.ref.name}.${(BigInt(e.at) * 1_000_000n + BigInt(this.#seq++ % 1_000_000)).toString(16)}`);
+    await this.#create({
       apiVersion: 'v1',
       kind: 'Event',
       metadata: { name, namespace },
@@ -152,6 +177,20 @@ export class ApiEventRecorder implements EventSink {
     // Forget aggregation keys past their window, so the map stays bounded by the event rate.
     if (this.#sent.size > 4096) for (const [k, s] of this.#sent) if (e.at - s.first >= this.#o.aggregateWindowMs) this.#sent.delete(k);
   }
+
+  /** Creates the event; AlreadyExists means an earlier attempt with this name got through. */
+  async #create(event: CoreEvent): Promise<void> {
+    try {
+      await this.#o.api.create(event);
+    } catch (err) {
+      if (!isNodeletError(err, 'ALREADY_EXISTS')) throw err;
+    }
+  }
+}
+
+/** The fields an event's log lines carry (as the kubelet's `Event occurred`). */
+function eventFields(e: Pending): Record<string, string | undefined> {
+  return { object: `${e.ref.namespace ?? ''}/${e.ref.name}`, uid: e.ref.uid, fieldPath: e.ref.fieldPath, kind: e.ref.kind, apiVersion: e.ref.apiVersion, type: e.type, reason: e.reason, message: e.message };
 }
 
 /** The reference to a pod (and one of its containers) that events are about. */

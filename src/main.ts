@@ -121,6 +121,17 @@ function loggerFor(o: OptionValues): Logger {
   return createLogger({ level: o.logLevel ?? levelFromVerbosity(Number(o.v ?? 0)) });
 }
 
+/**
+ * The kubelet takes its verbosity from `logging.verbosity` in the KubeletConfiguration too,
+ * `-v` winning: applied once the files are read, before anything else logs through children.
+ * A value that is not a non-negative integer is left alone (`logging` is not checked).
+ */
+function applyConfigVerbosity(logger: Logger, cmd: Command, logging: Record<string, unknown>): void {
+  const v = logging['verbosity'];
+  if (cmd.opts().logLevel !== undefined || cmd.getOptionValueSource('v') === 'cli') return;
+  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) logger.level = levelFromVerbosity(v);
+}
+
 /** Prints a startup failure for a human (stderr) and for the journal (an error record). */
 function reportFailure(err: unknown, logger?: Logger): void {
   if (err instanceof ConfigError) {
@@ -162,6 +173,7 @@ async function runDaemon(cmd: Command): Promise<number> {
     // or anything is written.
     const flags = nodeletFlags(cmd, o);
     const loaded = await load(o);
+    applyConfigVerbosity(logger, cmd, loaded.config.logging);
     const identity = resolveNodeIdentity({ hostnameOverride: o.hostnameOverride, nodeIp: o.nodeIp });
     // Connected mode: the kubeconfig is read now, so a bad one stops startup before the lock.
     const mode = await nodeModeFor(flags.kubeconfig, { identity, config: loaded.config, clock: realClock, logger });

@@ -19,14 +19,25 @@
  * status names the running container with its restart count (nothing lost, nothing
  * duplicated), deleted pods are gone from both, and the Lease is renewed again. Throughout:
  * the same process, /healthz 200, RSS bounded.
+ * Events, at the end: nodelet runs with `logging.verbosity: 3` and so logs every event it
+ * takes (`Event occurred`, as the kubelet at -v=3) and every event it drops (after its 12
+ * attempts, or queue full, or stopping). Grouped as the recorder aggregates them (involved
+ * object UID, field path, type, reason, message), the Event objects the control plane holds
+ * from source kubelet/n1 must add up, by `count`, to exactly what nodelet took minus what it
+ * logged as dropped: nothing missing, nothing duplicated, nothing nobody meant; a group with
+ * nothing dropped whose repeats all fell within the 10-minute aggregation window is one
+ * object. Events are best effort, as the kubelet's: what nodelet drops by design is an event
+ * still failing after 12 attempts (about 40 s of backoff), the oldest waiting event when
+ * 1,000 are queued, and any emitted once it is stopping; each is logged, and counted here.
  */
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LEASES, NAMESPACES, NODES, PODS } from '../../src/controlplane/client.js';
+import type { Event as CoreEvent } from 'kubernetes-types/core/v1.js';
+import { EVENTS, LEASES, NAMESPACES, NODES, PODS } from '../../src/controlplane/client.js';
 import type { FaultRequest } from '../control-plane/faults.js';
 import { startHealthzPoller } from '../helpers/healthz-poller.js';
-import { eventually } from '../helpers/nodelet.js';
+import { eventually, type LogRecord } from '../helpers/nodelet.js';
 import { startConnectedNode, type ConnectedNode } from './connected-node.js';
 import { pick, procUsage, rng, SEED, Tally } from './report.js';
 
@@ -49,7 +60,8 @@ const podSpec = (name: string): Pod => ({
 });
 
 beforeAll(async () => {
-  n = await startConnectedNode({ prefix: 'nodelet-faults-cp-', proxy: true });
+  // Verbosity 3: nodelet logs each event it takes (the ledger the Event objects are compared with).
+  n = await startConnectedNode({ prefix: 'nodelet-faults-cp-', proxy: true, config: { logging: '{verbosity: 3}' } });
   await eventually(async () => (await n.api.get<Node>(NODES, { name: 'n1' }).catch(() => undefined))?.status?.conditions?.find((c) => c.type === 'Ready')?.status === 'True', 20_000);
   for (let i = 0; i < INITIAL_PODS; i++) await n.api.create<Pod>(PODS, podSpec(`p${i}`));
 });
@@ -82,6 +94,59 @@ async function apiMatchesRuntime(): Promise<string | undefined> {
     if (cs.restartCount !== restarts) return `${p.metadata!.name}: API restartCount ${cs.restartCount}, runtime ${restarts}`;
   }
   return undefined;
+}
+
+/** The recorder's aggregation key: involved object UID, field path, type, reason, message. */
+const eventKey = (uid: string | undefined, fieldPath: string | undefined, type: string | undefined, reason: string | undefined, message: string | undefined) => [uid ?? '', fieldPath ?? '', type ?? '', reason ?? '', message ?? ''].join(' | ');
+const AGGREGATE_WINDOW_MS = 600_000;
+
+interface EventTally {
+  /** Events nodelet took (logged `Event occurred`), per key. */
+  meant: Map<string, { n: number; first: number; last: number; object: string }>;
+  /** Events nodelet logged as dropped, per key. */
+  dropped: Map<string, number>;
+  /** Event objects from kubelet on n1, per key: their counts. */
+  held: Map<string, number[]>;
+}
+
+/** What nodelet meant to send and dropped (from its log) against the Event objects the control plane holds. */
+async function eventLedger(): Promise<EventTally> {
+  const meant: EventTally['meant'] = new Map();
+  const dropped: EventTally['dropped'] = new Map();
+  const keyOf = (r: LogRecord) => eventKey(r['uid'] as string | undefined, r['fieldPath'] as string | undefined, r['type'] as string, r['reason'] as string, r['message'] as string);
+  for (const r of n.nodelet.records) {
+    if (r.component !== 'events') continue;
+    if (r.msg === 'Event occurred') {
+      const k = keyOf(r);
+      const at = Date.parse(String(r['time']));
+      const m = meant.get(k) ?? { n: 0, first: at, last: at, object: String(r['object']) };
+      m.n++;
+      m.last = at;
+      meant.set(k, m);
+    } else if (/^event dropped/.test(r.msg)) dropped.set(keyOf(r), (dropped.get(keyOf(r)) ?? 0) + 1);
+  }
+  const held: EventTally['held'] = new Map();
+  for (const e of (await n.api.listAll<CoreEvent>(EVENTS)).items) {
+    if (e.source?.component !== 'kubelet' || e.source?.host !== 'n1') continue;
+    const o = e.involvedObject;
+    const k = eventKey(o.uid, o.fieldPath, e.type, e.reason, e.message);
+    held.set(k, [...(held.get(k) ?? []), e.count ?? 1]);
+  }
+  return { meant, dropped, held };
+}
+
+/** Undefined when the Event objects add up to what nodelet took minus what it dropped; else every difference. */
+function eventsDiffer(t: EventTally): string | undefined {
+  const out: string[] = [];
+  for (const [k, m] of t.meant) {
+    const drops = t.dropped.get(k) ?? 0;
+    const counts = t.held.get(k) ?? [];
+    const sum = counts.reduce((a, b) => a + b, 0);
+    if (sum !== m.n - drops) out.push(`${m.object} [${k}]: took ${m.n}, dropped ${drops}, the API holds counts [${counts.join()}]`);
+    else if (drops === 0 && m.last - m.first < AGGREGATE_WINDOW_MS && counts.length !== 1) out.push(`${m.object} [${k}]: ${counts.length} objects (counts [${counts.join()}]) for one aggregated event`);
+  }
+  for (const [k, counts] of t.held) if (!t.meant.has(k)) out.push(`[${k}]: ${counts.length} object(s) nodelet never logged`);
+  return out.length ? out.join('\n') : undefined;
 }
 
 describe(`control-plane faults (seed ${SEED})`, () => {
@@ -190,6 +255,21 @@ describe(`control-plane faults (seed ${SEED})`, () => {
       (leaseDelay[kind] ??= []).push(renewed - end);
       if (kind === 'drop') expect(lists(), 'a dropped watch resumes without a relist').toBe(listsBefore);
     }
+    // Events: nodelet's ledger against the API, once its queue has drained (a retried event
+    // may still be waiting its backoff: up to about 40 s).
+    let ledger = await eventLedger();
+    let diff: string | undefined;
+    const eventsFrom = Date.now();
+    await eventually(async () => (diff = eventsDiffer((ledger = await eventLedger()))) === undefined, 60_000, 500).catch(() => {
+      throw new Error(`events: the API's Event objects differ from what nodelet took and dropped, 60 s after the last fault:\n${diff}`);
+    });
+    const eventsSettledMs = Date.now() - eventsFrom;
+    const meantTotal = [...ledger.meant.values()].reduce((a, m) => a + m.n, 0);
+    const droppedTotal = [...ledger.dropped.values()].reduce((a, b) => a + b, 0);
+    const objects = [...ledger.held.values()].reduce((a, c) => a + c.length, 0);
+    expect(meantTotal, 'nodelet logged the events it took').toBeGreaterThan(0);
+    const byReason: Record<string, number> = {};
+    for (const [k, m] of ledger.meant) byReason[k.split(' | ')[3]!] = (byReason[k.split(' | ')[3]!] ?? 0) + m.n;
     const samples = await poller.stop();
     poller = undefined;
     const usage1 = procUsage(pid);
@@ -203,13 +283,19 @@ describe(`control-plane faults (seed ${SEED})`, () => {
     tally.add('healthz failures', failed);
     tally.add('crashes', n.nodelet.records.filter((x) => /starting nodelet/.test(x.msg)).length - 1);
     tally.add('lost (API status != runtime after the faults)', 0);
+    tally.add('events nodelet took (logged Event occurred)', meantTotal);
+    tally.add('events nodelet dropped (logged)', droppedTotal);
+    tally.add('Event objects (aggregated by count)', objects);
+    tally.add('events missing or duplicated in the API', 0);
+    tally.note('events taken by reason', byReason);
+    tally.note('events settled ms after the last fault converged', eventsSettledMs);
     tally.note('fault rule hits', injectedByRules);
     tally.note('convergence ms (fault end -> API equals runtime)', convergence);
     tally.note('lease renewed ms after fault end', leaseDelay);
     tally.note('nodelet before', usage0);
     tally.note('nodelet after', usage1);
     tally.note('rss MB min/max (poller)', [Math.min(...samples.rssMb), Math.max(...samples.rssMb)].map((x) => Math.round(x * 10) / 10));
-    console.log(`control-plane faults: ${kinds.join(', ')}; changes ${JSON.stringify(changes)}; rule hits ${JSON.stringify(injectedByRules)}; convergence ms ${JSON.stringify(convergence)}; lease ms ${JSON.stringify(leaseDelay)}; relists ${lists() - 1}; healthz ${samples.latencies.length} polls, ${failed} failed; rss ${usage0.rssKiB} -> ${usage1.rssKiB} KiB (max ${Math.max(...samples.rssMb).toFixed(1)} MB), fds ${usage0.fds} -> ${usage1.fds}`);
+    console.log(`control-plane faults: ${kinds.join(', ')}; changes ${JSON.stringify(changes)}; rule hits ${JSON.stringify(injectedByRules)}; convergence ms ${JSON.stringify(convergence)}; lease ms ${JSON.stringify(leaseDelay)}; relists ${lists() - 1}; events took ${meantTotal}, dropped ${droppedTotal}, ${objects} objects, settled in ${eventsSettledMs} ms; healthz ${samples.latencies.length} polls, ${failed} failed; rss ${usage0.rssKiB} -> ${usage1.rssKiB} KiB (max ${Math.max(...samples.rssMb).toFixed(1)} MB), fds ${usage0.fds} -> ${usage1.fds}`);
     expect(n.nodelet.pid).toBe(pid);
     expect(n.nodelet.records.filter((x) => /starting nodelet/.test(x.msg))).toHaveLength(1);
     expect(failed).toBe(0);
