@@ -19,11 +19,7 @@ import { acquireLock, watchContention, type ContentionWatch, type LockHandle } f
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
 import { parseDuration } from './config/duration.js';
-import { CheckpointService } from './checkpoint/service.js';
 import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
-import { createNodeServer, createReadOnlyServer } from './server/https-server.js';
-import { StreamingService } from './server/streaming.js';
-import { loadOrCreateServingCert } from './server/tls.js';
 import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
 import { RuntimeHealth, type RuntimeState } from './runtime/health.js';
 import { PodCidrUpdater } from './runtime/pod-cidr.js';
@@ -315,6 +311,8 @@ export class Daemon {
       logger: log.child({ component: 'pods' }),
       clock: this.#deps.clock,
       serializeImagePulls: cfg.serializeImagePulls,
+      // A steady pod syncs on a runtime change or a wake-up it asked for, and every syncFrequency.
+      syncFrequencyMs: parseDuration(cfg.syncFrequency) || 60_000,
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
       // Runtime pods another node's agent made are never removed, and reported on this Node.
       nodeName: identity.nodeName,
@@ -381,20 +379,30 @@ export class Daemon {
     );
 
     if (cfg.readOnlyPort !== 0) {
-      const ro = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, observability, logger: log });
+      let ro: { stop(): Promise<void> } | undefined;
       services.push({
         name: 'read-only-server',
         start: async () => {
-          const a = await ro.start();
+          // The servers' modules load after /healthz answers (start-up time).
+          const { createReadOnlyServer } = await import('./server/https-server.js');
+          const server = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, observability, logger: log });
+          ro = server;
+          const a = await server.start();
           log.info({ address: a.address, port: a.port }, `read-only server listening on http://${a.address}:${a.port} (/pods, /healthz)`);
         },
-        stop: () => ro.stop(),
+        stop: async () => ro?.stop(),
       });
     }
 
     // The HTTPS server: serving certificate (given, or self-signed in --cert-dir), authn/authz, checkpoints.
     services.push(
       this.#lazyService('https-server', async () => {
+        const [{ loadOrCreateServingCert }, { CheckpointService }, { createNodeServer }, { StreamingService }] = await Promise.all([
+          import('./server/tls.js'),
+          import('./checkpoint/service.js'),
+          import('./server/https-server.js'),
+          import('./server/streaming.js'),
+        ]);
         const cert = await loadOrCreateServingCert({
           ...(cfg.tlsCertFile ? { certFile: cfg.tlsCertFile } : {}),
           ...(cfg.tlsPrivateKeyFile ? { keyFile: cfg.tlsPrivateKeyFile } : {}),
@@ -440,7 +448,9 @@ export class Daemon {
 
     if (cfg.healthzPort !== 0) {
       const server = new HealthzServer({ host: cfg.healthzBindAddress, port: cfg.healthzPort, health: this.health, logger: log });
-      services.push({
+      // First (as the kubelet's healthz answers once its server is up, while its loops start): the
+      // runtime, pods and the HTTPS server start after it; it stops last.
+      services.unshift({
         name: 'healthz',
         start: async () => {
           const addr = await server.start();

@@ -6,7 +6,6 @@
  * during start.
  */
 import path from 'node:path';
-import { inspectArchive } from './checkpoint/archive.js';
 import { Command, Option, type OptionValues } from 'commander';
 import { errorMessage, NodeletError } from './errors.js';
 import { createLogger, levelFromVerbosity, type Logger } from './log.js';
@@ -300,6 +299,8 @@ async function inspectCommand(archive: string, output: string): Promise<number> 
     return 1;
   }
   try {
+    // tar-stream and the archive reader load only for this command (start-up time of the daemon).
+    const { inspectArchive } = await import('./checkpoint/archive.js');
     const d = await inspectArchive(archive);
     if (output === 'json') {
       process.stdout.write(`${JSON.stringify(d, null, 2)}\n`);

@@ -8,12 +8,13 @@
  * directory in byte order of their names. For flat directories that is lexical order of the
  * paths; with nested directories, `dir/b/x.conf` comes before `dir/b.conf` (as in the kubelet).
  */
-import fs from 'node:fs/promises';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { errorMessage, isNodeletError } from '../errors.js';
 import { parseYaml, parseYamlSync } from '../system/bounded-parse.js';
-import { FILE_LIMITS, readBoundedText } from '../system/safe-file.js';
+import { FILE_LIMITS, readBoundedTextSync } from '../system/safe-file.js';
 import { resolveConfig, type ConfigLayer } from './resolve.js';
+import { parseSimpleYaml } from './simple-yaml.js';
 import type { ConfigProblem, LoadedConfig } from './types.js';
 import { ConfigError } from './validate.js';
 
@@ -36,7 +37,11 @@ const LEGACY_DEFAULTS = {
   readOnlyPort: 10255,
 };
 
+const ASCII = /^[\x00-\x7f]*$/;
+
+/** Byte order of the UTF-8 names (Go's); for ASCII names that is the order of the strings, without two Buffers per comparison. */
 function byteOrder(a: string, b: string): number {
+  if (ASCII.test(a) && ASCII.test(b)) return a < b ? -1 : a > b ? 1 : 0;
   return Buffer.compare(Buffer.from(a), Buffer.from(b));
 }
 
@@ -55,7 +60,8 @@ async function listDropIns(dir: string, problems: ConfigProblem[]): Promise<stri
   const walk = async (d: string): Promise<void> => {
     let entries;
     try {
-      entries = await fs.readdir(d, { withFileTypes: true });
+      // Synchronous, as the reads below: once, at start.
+      entries = readdirSync(d, { withFileTypes: true });
     } catch (err) {
       problems.push({ file: d, field: '', message: ioMessage(err, d === dir ? '--config-dir directory' : 'directory') });
       return;
@@ -78,6 +84,8 @@ async function listDropIns(dir: string, problems: ConfigProblem[]): Promise<stri
  * the file and line.
  */
 export function parseConfigText(text: string, file: string): { doc: unknown } | { problem: ConfigProblem } {
+  const simple = simpleDocument(text);
+  if (simple) return simple;
   try {
     return oneDocument(parseYamlSync(text, { file, what: 'configuration file' }), file);
   } catch (err) {
@@ -87,11 +95,24 @@ export function parseConfigText(text: string, file: string): { doc: unknown } | 
 
 /** parseConfigText, off the main thread for a large text. */
 async function parseConfigTextAsync(text: string, file: string): Promise<{ doc: unknown } | { problem: ConfigProblem }> {
+  const simple = simpleDocument(text);
+  if (simple) return simple;
   try {
     return oneDocument(await parseYaml(text, { file, what: 'configuration file' }), file);
   } catch (err) {
     return { problem: parseProblem(err, file) };
   }
+}
+
+/**
+ * The plain maps most configuration files are, read without the YAML library (cold, it
+ * cost ~2 ms a file at start: simple-yaml.ts); undefined for anything else. Only small
+ * texts: a large one goes to the bounded parser (and its worker).
+ */
+function simpleDocument(text: string): { doc: unknown } | undefined {
+  if (text.length > 64 * 1024) return undefined;
+  const doc = parseSimpleYaml(text);
+  return doc ? { doc } : undefined;
 }
 
 function oneDocument(docs: unknown[], file: string): { doc: unknown } | { problem: ConfigProblem } {
@@ -106,12 +127,21 @@ function parseProblem(err: unknown, file: string): ConfigProblem {
   return { file, field: '', message: reason };
 }
 
-/** Bounded and non-blocking: a FIFO or device here is refused at once, never read. */
+/**
+ * Bounded and non-blocking: a FIFO or device here is refused at once, never read. Read
+ * synchronously: configuration is read once, at start, before anything else runs, and the
+ * async read's ~8 thread-pool round trips a file were most of the cost of 100 drop-ins
+ * (bench/config-dropins.ts); the synchronous twin makes the same checks.
+ */
 function readConfigText(file: string, what: string): Promise<string> {
-  return readBoundedText(file, { maxBytes: FILE_LIMITS.configFile, what });
+  try {
+    return Promise.resolve(readBoundedTextSync(file, { maxBytes: FILE_LIMITS.configFile, what }));
+  } catch (err) {
+    return Promise.reject(err);
+  }
 }
 
-/** `reading`: the read already started (drop-ins are read concurrently, applied in order). */
+/** `reading`: the read, when started by the caller. */
 async function readLayer(file: string, what: string, problems: ConfigProblem[], sources: string[], reading = readConfigText(file, what)): Promise<ConfigLayer | undefined> {
   let text: string;
   try {
@@ -164,20 +194,9 @@ export async function loadConfig(opts: LoadConfigOptions = {}): Promise<LoadedCo
   }
   if (opts.configDir !== undefined) {
     const dir = path.resolve(opts.configDir);
-    // Each bounded read is ~8 thread-pool round trips: one after the other, 100 drop-ins
-    // took ~300 ms on a busy 2-core machine (bench/config-dropins.ts). Reads start
-    // ahead, up to 32 at a time (never thousands of open files); parsing and merging stay in order.
     const files = await listDropIns(dir, problems);
-    const reads: Promise<string>[] = [];
-    const startRead = (i: number) => {
-      if (i >= files.length) return;
-      reads[i] = readConfigText(files[i]!, 'drop-in file');
-      reads[i]!.catch(() => undefined); // awaited (and reported) in order below
-    };
-    for (let i = 0; i < 32; i++) startRead(i);
-    for (const [i, file] of files.entries()) {
-      startRead(i + 32);
-      const layer = await readLayer(file, 'drop-in file', problems, sources, reads[i]);
+    for (const file of files) {
+      const layer = await readLayer(file, 'drop-in file', problems, sources);
       if (layer) layers.push(layer);
     }
   }

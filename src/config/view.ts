@@ -7,7 +7,11 @@
  * A closing comment line names the Kubernetes version whose feature gates and defaults
  * nodelet follows (a comment, so the document stays a plain KubeletConfiguration).
  */
-import { Document, isMap, isSeq, type Node } from 'yaml';
+import { createRequire } from 'node:module';
+import type { Node } from 'yaml';
+
+/** `yaml` loads only for `config view` (not at every daemon start). */
+const yaml = (): typeof import('yaml') => createRequire(import.meta.url)('yaml') as typeof import('yaml');
 import { KUBERNETES_VERSION } from './feature-gates-table.js';
 import { isJsonObject, type Json, type JsonObject } from './merge.js';
 import { KUBELET_API_VERSION, KUBELET_KIND, type LoadedConfig } from './types.js';
@@ -37,17 +41,17 @@ export interface RenderOptions {
 /** Renders a loaded configuration as YAML text (ends with a newline). Pure. */
 export function renderConfig(loaded: LoadedConfig, opts: RenderOptions): string {
   const body = sorted(loaded.config as unknown as JsonObject) as JsonObject;
-  const doc = new Document({ apiVersion: KUBELET_API_VERSION, kind: KUBELET_KIND, ...body }, { version: '1.1' });
+  const doc = new (yaml().Document)({ apiVersion: KUBELET_API_VERSION, kind: KUBELET_KIND, ...body }, { version: '1.1' });
   const headerOrigin = loaded.sources[0] ?? 'default';
 
   const visit = (node: unknown, value: Json, p: string[]) => {
     const leafOrigin = () => loaded.origins.get(p.join('.')) ?? 'default';
-    if (isSeq(node)) {
+    if (yaml().isSeq(node)) {
       node.flow = true;
       if (opts.showOrigin) node.comment = commentText(leafOrigin());
       return;
     }
-    if (isMap(node) && isJsonObject(value)) {
+    if (yaml().isMap(node) && isJsonObject(value)) {
       if (Object.keys(value).length === 0) {
         node.flow = true;
         if (opts.showOrigin) node.comment = commentText(leafOrigin());

@@ -213,10 +213,17 @@ export class CriPodRuntime implements PodRuntime {
     for (const id of this.#statuses.keys()) if (!ids.has(id)) this.#statuses.delete(id);
     const sandboxIds = new Set(sandboxes.map((s) => s.id));
     for (const id of this.#sandboxIPs.keys()) if (!sandboxIds.has(id)) this.#sandboxIPs.delete(id);
-    const uids = new Set<string>();
-    for (const s of sandboxes) if (s.labels[LABEL_POD_UID]) uids.add(s.labels[LABEL_POD_UID]);
-    for (const c of containers) if (c.labels[LABEL_POD_UID]) uids.add(c.labels[LABEL_POD_UID]);
-    return Promise.all([...uids].map((uid) => this.#observe(uid, sandboxes, containers)));
+    // Grouped by pod once (each pod filtering the whole list was quadratic: 110 pods, 330
+    // entries, every second).
+    const byUid = new Map<string, { sandboxes: typeof sandboxes; containers: typeof containers }>();
+    const group = (uid: string) => {
+      let g = byUid.get(uid);
+      if (!g) byUid.set(uid, (g = { sandboxes: [], containers: [] }));
+      return g;
+    };
+    for (const s of sandboxes) if (s.labels[LABEL_POD_UID]) group(s.labels[LABEL_POD_UID]).sandboxes.push(s);
+    for (const c of containers) if (c.labels[LABEL_POD_UID]) group(c.labels[LABEL_POD_UID]).containers.push(c);
+    return Promise.all([...byUid].map(([uid, g]) => this.#observe(uid, g.sandboxes, g.containers)));
   }
 
   async observePod(uid: string): Promise<ObservedPod> {
@@ -234,8 +241,9 @@ export class CriPodRuntime implements PodRuntime {
     const list = allContainers.filter((c) => c.labels[LABEL_POD_UID] === uid);
     const containers: ObservedContainer[] = [];
     for (const c of list) {
-      // Exit code, start/finish times and reason are only in ContainerStatus.
-      const st = await this.#containerStatus(c.id, c.state);
+      // Exit code, start/finish times and reason are only in ContainerStatus (cached while the state holds).
+      const cached = this.#statuses.get(c.id);
+      const st = cached && cached.listed === c.state ? cached.st : await this.#containerStatus(c.id, c.state);
       if (!st) continue;
       containers.push({
         id: c.id,
@@ -265,7 +273,7 @@ export class CriPodRuntime implements PodRuntime {
       sandboxes: await Promise.all(
         sandboxes.map(async (s) => {
           const ready = s.state === 'SANDBOX_READY';
-          const ips = ready ? await this.#podIPs(s.id) : [];
+          const ips = ready ? (this.#sandboxIPs.get(s.id) ?? (await this.#podIPs(s.id))) : [];
           return { id: s.id, attempt: s.metadata.attempt, ready, createdAt: nsToMs(s.createdAt) ?? 0, ...(ips.length ? { ips } : {}) };
         }),
       ),

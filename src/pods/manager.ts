@@ -40,6 +40,13 @@ export interface PodManagerOptions {
   metrics?: PodManagerMetrics;
   /** This node's name: the Node the warning about another agent's pods is an event on (none when unset). */
   nodeName?: string;
+  /**
+   * The kubelet's syncFrequency (default 1 min): a steady pod is synced at least this often.
+   * Otherwise a pod syncs only when something asks for it: its observation in the relist
+   * changed (the PLEG), a source changed it, a probe result changed, a backoff it waits for
+   * ended, or its last sync acted or failed.
+   */
+  syncFrequencyMs?: number;
 }
 
 /** How often the directories pods left on the node are looked for (the kubelet's housekeeping runs every 2 s; a directory listing every 10 s is plenty). */
@@ -82,7 +89,7 @@ export class PodManager {
   readonly #syncedSeq = new WeakMap<PodWorker, number>();
 
   constructor(o: PodManagerOptions) {
-    this.#o = { clock: realClock, relistMs: 1000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, ...o };
+    this.#o = { clock: realClock, relistMs: 1000, syncFrequencyMs: 60_000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, ...o };
     this.#o.runtime = countingPodRuntime(this.#o.runtime, this.#o.metrics);
     this.#probes = new ProbeManager({
       exec: this.#exec,
@@ -120,8 +127,10 @@ export class PodManager {
     this.#desired = next;
     for (const [uid, pod] of next) {
       const w = this.#workers.get(uid);
-      if (w && !w.terminating) w.pod = pod;
-      else if (!w && !deleting(pod)) {
+      if (w && !w.terminating) {
+        if (w.pod !== pod) w.needsSync = true;
+        w.pod = pod;
+      } else if (!w && !deleting(pod)) {
         this.#log.info({ pod: podKey(pod), uid }, 'pod added');
         this.#firstSeen.set(uid, this.#o.clock.now());
         this.#workers.set(uid, new PodWorker(pod));
@@ -211,13 +220,22 @@ export class PodManager {
       this.#lastTurn = this.#o.clock.now();
     }
     const jobs: Promise<void>[] = [];
+    const now = this.#o.clock.now();
     const listed = new Map(all.map((o) => [o.uid, o]));
     // A desired pod whose old worker finished terminating (same UID wanted again) gets a new
     // one; a pod being deleted in the control plane never starts again.
     for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid) && !deleting(pod)) this.#workers.set(uid, new PodWorker(pod));
     for (const [uid, w] of this.#workers) {
       const want = this.#desired.get(uid);
-      if (want && !deleting(want) && !w.terminating) jobs.push(w.request(() => this.#sync(w, (this.#syncedSeq.get(w) ?? 0) < listSeq ? listed.get(uid) : undefined)));
+      if (!want || deleting(want) || w.terminating) continue;
+      const obs = listed.get(uid);
+      // A steady pod is left alone: nothing changed in the runtime, nothing asked for it.
+      // (A sync in flight is still waited for by syncOnce.)
+      if (!w.needsSync && now < w.wakeAt && now - w.lastSyncAt < this.#o.syncFrequencyMs && observedKey(obs) === w.observedKey) {
+        jobs.push(w.idle());
+        continue;
+      }
+      jobs.push(w.request(() => this.#sync(w, (this.#syncedSeq.get(w) ?? 0) < listSeq ? obs : undefined)));
     }
     for (const [uid, w] of this.#workers) {
       if (w.terminating) {
@@ -236,7 +254,6 @@ export class PodManager {
     const present = new Set(all.map((o) => o.uid));
     for (const uid of this.#removals.keys()) if (!present.has(uid)) this.#removals.delete(uid);
     for (const uid of this.#foreign) if (!present.has(uid)) this.#foreign.delete(uid);
-    const now = this.#o.clock.now();
     if (this.#sourcesReady && now - this.#lastHousekeeping >= HOUSEKEEPING_MS) {
       this.#lastHousekeeping = now;
       jobs.push(this.#removeLeftovers(present));
@@ -319,6 +336,9 @@ export class PodManager {
     const uid = w.pod.metadata!.uid!;
     const syncStarted = ctx.clock.now();
     const operation = w.status ? 'sync' : 'create';
+    // Cleared before the work: a source change or a wake-up meanwhile asks for one more sync.
+    w.needsSync = false;
+    w.wakeAt = Infinity;
     try {
       const observed = listed ?? (await ctx.runtime.observePod(uid));
       const now = ctx.clock.now();
@@ -343,12 +363,19 @@ export class PodManager {
       // Nothing done: what was observed is still what runs (no second look at the runtime).
       const idle = !plan.killPod && !plan.createSandbox && !plan.start.length && !plan.kill.length && !plan.removeContainers.length && !plan.removeSandboxes.length;
       await this.#refreshStatus(ctx, w, sandbox.id, waiting, idle ? observed : undefined);
+      // A sync that acted looks again at the next relist (what it started may change at once).
+      if (!idle) w.needsSync = true;
+      w.wakeAt = wakeAt(w, plan.resyncAt, ctx.clock.now());
     } catch (err) {
       const msg = errorMessage(err);
       const quiet = err instanceof NodeletError && err.details.quiet === true;
       if (!quiet && w.status?.message !== msg) ctx.log.warn({ err: msg }, `pod sync failed: ${msg}`);
       w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
+      // A failed sync is tried again at the next relist, as before (its steps keep their own backoffs).
+      w.needsSync = true;
     }
+    w.observedKey = observedKey(w.observed);
+    w.lastSyncAt = ctx.clock.now();
     this.#syncedSeq.set(w, ++this.#seq);
     this.#o.metrics.podWorkerDuration(operation, (ctx.clock.now() - syncStarted) / 1000);
   }
@@ -435,6 +462,27 @@ export class PodManager {
 
 export function podKey(pod: Pod): string {
   return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
+}
+
+/** When a pod waiting for a backoff (crash loop, a failed start or sandbox) must sync again. */
+function wakeAt(w: PodWorker, resyncAt: number | undefined, now: number): number {
+  let t = resyncAt ?? Infinity;
+  for (const b of w.startBackoff.values()) if (b.until > now) t = Math.min(t, b.until);
+  if (w.sandboxBackoff && w.sandboxBackoff.until > now) t = Math.min(t, w.sandboxBackoff.until);
+  return t;
+}
+
+/**
+ * What a pod sync depends on in an observation, as one string: two observations with the
+ * same key lead to the same plan and status (the PLEG's "nothing changed").
+ */
+export function observedKey(o: ObservedPod | undefined): string {
+  if (!o || (!o.sandboxes.length && !o.containers.length)) return '';
+  let k = '';
+  for (const s of o.sandboxes) k += `${s.id}/${s.attempt}/${s.ready ? 1 : 0}/${s.createdAt}/${s.ips?.join(',') ?? ''};`;
+  k += '|';
+  for (const c of o.containers) k += `${c.id}/${c.name}/${c.podSandboxId}/${c.state}/${c.restartCount}/${c.attempt}/${c.hash}/${c.startedAt ?? ''}/${c.finishedAt ?? ''}/${c.exitCode ?? ''}/${c.reason ?? ''};`;
+  return k;
 }
 
 /** The control plane asked for the pod's deletion (metadata.deletionTimestamp set). */

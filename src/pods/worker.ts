@@ -53,6 +53,16 @@ export class PodWorker {
   sandboxBackoff: Backoff | undefined;
   /** Per container: the restart count whose back-off was last reported as an event. */
   readonly backoffReported = new Map<string, number>();
+  /**
+   * When the worker must sync again (the kubelet's pod sync triggers): `needsSync` after a
+   * source change, a sync that acted or failed, or a new worker; `wakeAt` when a backoff
+   * it waits for ends; `observedKey` what the runtime held after its last sync (a relist
+   * that sees something else wakes it); `lastSyncAt` for the periodic resync.
+   */
+  needsSync = true;
+  wakeAt = Infinity;
+  observedKey = '';
+  lastSyncAt = -Infinity;
   #state: WorkerState;
   #next: (() => Promise<void>) | undefined;
   #running: Promise<void> | undefined;

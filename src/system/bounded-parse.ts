@@ -32,7 +32,16 @@
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { isAlias, isMap, isScalar, isSeq, Lexer, LineCounter, parseAllDocuments, type Document } from 'yaml';
+import { createRequire } from 'node:module';
+import type { Document, LineCounter } from 'yaml';
+
+/**
+ * The `yaml` library, loaded on first use (its CommonJS build): most starts parse nothing
+ * but plain configuration files (src/config/simple-yaml.ts) before /healthz answers, and
+ * the library's load was part of that time.
+ */
+let yamlLib: typeof import('yaml') | undefined;
+const yaml = (): typeof import('yaml') => (yamlLib ??= createRequire(import.meta.url)('yaml') as typeof import('yaml'));
 import { NodeletError, errorMessage } from '../errors.js';
 
 export const PARSE_LIMITS = {
@@ -74,7 +83,7 @@ function genericMessage(message: string): string {
 function lexScan(text: string, o: BoundedParseOptions, l: ParseLimits): void {
   let nodes = 0;
   let flow = 0;
-  for (const tok of new Lexer().lex(text)) {
+  for (const tok of new (yaml().Lexer)().lex(text)) {
     const c = tok.charCodeAt(0);
     switch (c) {
       case 0x1f: // the lexer's mark before a plain or block scalar
@@ -133,7 +142,7 @@ function measureDocument(doc: Document, lc: LineCounter, o: BoundedParseOptions,
       add(1);
       return { size: 1, height: 1 };
     }
-    if (isAlias(node)) {
+    if (yaml().isAlias(node)) {
       const target = anchors.get(node.source);
       if (target === 'open') throw fail(o, `an alias refers to a node that contains it${posText(at(node))}`, at(node));
       if (target === undefined) throw fail(o, `an alias names no anchor defined before it${posText(at(node))}`, at(node));
@@ -143,19 +152,19 @@ function measureDocument(doc: Document, lc: LineCounter, o: BoundedParseOptions,
     }
     const anchor = (node as { anchor?: string }).anchor || undefined;
     let kids: unknown[];
-    if (isMap(node)) {
+    if (yaml().isMap(node)) {
       const keys = new Set<string>();
       kids = [];
       for (const pair of node.items) {
         const k = pair.key;
-        if (isScalar(k) && k.value !== '<<') {
+        if (yaml().isScalar(k) && k.value !== '<<') {
           const name = String(k.value);
           if (keys.has(name)) throw fail(o, `malformed YAML/JSON${posText(at(k))}: map keys must be unique (a key is repeated)`, at(k));
           keys.add(name);
         }
         kids.push(pair.key, pair.value);
       }
-    } else if (isSeq(node)) {
+    } else if (yaml().isSeq(node)) {
       kids = node.items;
     } else {
       add(1);
@@ -201,10 +210,10 @@ function posText(p: { line?: number; col?: number }): string {
 export function parseYamlSync(text: string, o: BoundedParseOptions): unknown[] {
   const l = { ...PARSE_LIMITS, ...o.limits };
   lexScan(text, o, l);
-  const lineCounter = new LineCounter();
+  const lineCounter = new (yaml().LineCounter)();
   let docs: Document[];
   try {
-    const parsed = parseAllDocuments(text, { version: '1.1', lineCounter, prettyErrors: false, uniqueKeys: false });
+    const parsed = yaml().parseAllDocuments(text, { version: '1.1', lineCounter, prettyErrors: false, uniqueKeys: false });
     docs = Array.isArray(parsed) ? (parsed as Document[]) : [];
   } catch (err) {
     throw parseFailure(o, err, undefined, l);

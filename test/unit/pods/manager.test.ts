@@ -485,3 +485,49 @@ describe('PodManager: a pod the control plane says is over', () => {
     expect(rt.calls).toContain('cleanupPod job');
   });
 });
+
+describe('PodManager: when a pod syncs (the kubelet\'s triggers, not every relist)', () => {
+  it('a steady pod is synced on a runtime change, a source change, a backoff end and every syncFrequency, not on each relist', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    let syncs = 0;
+    const metrics = { relisted: () => {}, podWorkerDuration: () => void syncs++, podStartDuration: () => {}, podStarted: () => {}, containerStarted: () => {} };
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, metrics, syncFrequencyMs: 60_000 });
+    m.setSourcesReady();
+    const [p1, p2] = [mkPod('u1'), mkPod('u2')];
+    const relists = async (n: number) => {
+      syncs = 0;
+      for (let i = 0; i < n; i++) {
+        clock.t += 1000;
+        await m.syncOnce();
+      }
+      return syncs;
+    };
+    m.setDesired([p1, p2]);
+    await m.syncOnce();
+    await m.syncOnce(); // one more look after the syncs that acted
+    expect(await relists(10)).toBe(0);
+    // Containers exit (seen by the relist): their pods sync and restart them at once.
+    rt.exit('app', 1);
+    expect(await relists(1)).toBe(2);
+    expect(m.listPods()[0]!.status!.containerStatuses![0]).toMatchObject({ restartCount: 1, state: { running: {} } });
+    await relists(1);
+    expect(await relists(3)).toBe(0);
+    // The second crash backs off 10 s: no sync until it ends, then the restart.
+    rt.exit('app', 1);
+    expect(await relists(1)).toBe(2);
+    expect(m.listPods()[0]!.status!.containerStatuses![0]!.state!.waiting!.reason).toBe('CrashLoopBackOff');
+    await relists(1); // the look after removing the older dead container
+    expect(await relists(7)).toBe(0);
+    await relists(2);
+    expect(m.listPods()[0]!.status!.containerStatuses![0]).toMatchObject({ restartCount: 2, state: { running: {} } });
+    await relists(1);
+    expect(await relists(3)).toBe(0);
+    // A source change syncs the changed pod alone.
+    m.setDesired([p1, { ...p2, metadata: { ...p2.metadata, labels: { a: 'b' } } }]);
+    await m.syncOnce();
+    expect(syncs).toBe(1);
+    // syncFrequency: every pod once a minute.
+    expect(await relists(60)).toBe(2);
+  });
+});
