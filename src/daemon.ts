@@ -26,6 +26,7 @@ import { PodCidrUpdater } from './runtime/pod-cidr.js';
 import { CriPodRuntime } from './pods/cri-pod-runtime.js';
 import { ContainerLogManager, parseLogMaxSize } from './pods/log-rotation.js';
 import { DEFAULT_CONTAINER_LOG_DIR } from './pods/log-symlinks.js';
+import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
 import { PodManager } from './pods/manager.js';
 import { StaticPodSource } from './pods/static-source.js';
 import { nodeShutdownFor } from './node/shutdown-manager.js';
@@ -198,6 +199,7 @@ export class Daemon {
 
   #host: HostCheckRun | undefined;
   #imageRecords: ImagePullRecords | undefined;
+  #allocation: AllocationRecords | undefined;
 
   /** Runs every host check once (host-facts.ts); logs warnings; throws the refusal (main: exit 1). */
   async #checkHost(): Promise<HostCheckRun> {
@@ -213,7 +215,7 @@ export class Daemon {
     return run;
   }
 
-  /** The kubelet's layout under the root dir, its device checkpoint and image pull records (root-dir.ts). */
+  /** The kubelet's layout under the root dir, its device checkpoint, image pull records (root-dir.ts) and pod resource records (allocation.ts). */
   async #prepareRootDir(): Promise<void> {
     const root = this.#deps.flags.rootDir;
     const log = this.#log.child({ component: 'root-dir' });
@@ -221,6 +223,7 @@ export class Daemon {
     await ensureDeviceCheckpoint(root, log);
     this.#imageRecords = new ImagePullRecords(root, log);
     await this.#imageRecords.recover();
+    this.#allocation = await loadAllocationRecords(root, log);
   }
 
   /** `STATUS=` for systemctl status: mode, node, runtime state. */
@@ -301,6 +304,7 @@ export class Daemon {
       logger: log.child({ component: 'pods' }),
       ...(this.#host ? { swap: nodeSwapFromFacts(this.#host.facts, cfg) } : {}),
       ...(this.#imageRecords ? { imageRecords: this.#imageRecords } : {}),
+      ...(this.#allocation ? { allocation: this.#allocation } : {}),
       containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).

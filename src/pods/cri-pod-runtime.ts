@@ -46,6 +46,7 @@ import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js'
 import type { Mounter } from './subpath.js';
 import type { NodeSwap } from './swap.js';
 import type { ImagePullRecords } from '../system/root-dir.js';
+import { containerResources, podResourceInfo, type AllocationRecords } from './allocation.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from './log-symlinks.js';
 
@@ -73,6 +74,8 @@ export interface CriPodRuntimeOptions {
   imageRecords?: Pick<ImagePullRecords, 'pulling' | 'pulled' | 'failed'>;
   /** Where the kubelet's `<pod>_<ns>_<container>-<id>.log` links to live logs go (log-symlinks.ts); unset: none made. */
   containerLogDir?: string;
+  /** `allocated_pods_state` and `actuated_pods_state` under the root dir (allocation.ts); unset: none kept. */
+  allocation?: AllocationRecords;
 }
 
 /**
@@ -304,6 +307,8 @@ export class CriPodRuntime implements PodRuntime {
       throw withReason(err, 'CreatePodSandboxError', 'cannot make the pod sandbox config');
     }
     await fs.mkdir(cfg.logDirectory!, { recursive: true, mode: 0o755 });
+    // Admitted: what the pod is allocated is recorded before it runs (a write failure is logged, never the pod's).
+    await this.#o.allocation?.allocated.setPod(pod.metadata?.uid ?? '', podResourceInfo(pod));
     try {
       return await this.#o.cri.runPodSandbox(cfg);
     } catch (err) {
@@ -398,6 +403,7 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'RunContainerError', 'failed to start the container');
     }
+    await this.#o.allocation?.actuated.setContainer(pod.metadata?.uid ?? '', container.name, containerResources(container));
     if (this.#o.containerLogDir !== undefined && config.logPath) {
       const link = containerLogSymlink(this.#o.containerLogDir, pod.metadata?.name ?? '', pod.metadata?.namespace ?? 'default', container.name, id);
       await createLogSymlink(link, path.join(sandboxCfg.logDirectory!, config.logPath)).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot create the container log link ${link}: ${errorMessage(err)}`));
@@ -434,13 +440,17 @@ export class CriPodRuntime implements PodRuntime {
       removePodDir(this.#o.rootDir, uid, this.#o.mounter),
       removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter),
       ...(this.#o.containerLogDir !== undefined ? [removePodLogSymlinks(this.#o.containerLogDir, this.#o.podLogsDir, uid)] : []),
+      ...(this.#o.allocation ? [this.#o.allocation.allocated.removePod(uid), this.#o.allocation.actuated.removePod(uid)] : []),
     ]);
     const errors = results.flatMap((r) => (r.status === 'rejected' ? [errorMessage(r.reason)] : []));
     if (errors.length) throw new NodeletError('INTERNAL', errors.join('; '));
   }
 
-  leftoverPods(): Promise<string[]> {
-    return leftoverPodUids(this.#o.rootDir, this.#o.podLogsDir);
+  /** Pods that left directories, or entries in the resource records (a previous agent's included). */
+  async leftoverPods(): Promise<string[]> {
+    const dirs = await leftoverPodUids(this.#o.rootDir, this.#o.podLogsDir);
+    const a = this.#o.allocation;
+    return a ? [...new Set([...dirs, ...a.allocated.uids(), ...a.actuated.uids()])] : dirs;
   }
 
   async removeContainer(id: string): Promise<void> {

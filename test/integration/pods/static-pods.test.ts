@@ -8,6 +8,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, freePort } from '../../helpers/nodelet.js';
 import https from 'node:https';
+import { decodeAllocationCheckpoint } from '../../../src/pods/allocation.js';
 import { busyboxPod, containerLog, NODE_NAME, runtimePods, startPodNode, type PodNode } from './harness.js';
 
 let node: PodNode;
@@ -127,6 +128,20 @@ describe('static pods on containerd', () => {
     fs.rmSync(path.join(node.manifests, 'web.yaml'));
     await eventually(async () => (await node.pods()).length === 0, 10_000);
     await eventually(async () => (await runtimePods(node.cri)).length === 0 && (await runtimeContainers(v2.metadata!.uid!)).length === 0, 30_000);
+  });
+
+  it("keeps the kubelet's allocated_pods_state and actuated_pods_state: what the pod was allocated and its container started with, until the pod goes", async () => {
+    const resources = { requests: { cpu: '100m', memory: '32Mi' }, limits: { memory: '64Mi' } };
+    node.writeManifest('sized.yaml', busyboxPod('sized', 'sleep 3600', { container: { resources } }));
+    const uid = (await running('sized')).metadata!.uid!;
+    const record = (file: string) => decodeAllocationCheckpoint(fs.readFileSync(path.join(node.rootDir, file), 'utf8'));
+    const want = { ContainerResources: { main: { limits: { memory: '64Mi' }, requests: { cpu: '100m', memory: '32Mi' } } } };
+    expect(record('allocated_pods_state')[uid]).toEqual(want);
+    expect(record('actuated_pods_state')[uid]).toEqual(want);
+    expect(fs.statSync(path.join(node.rootDir, 'allocated_pods_state')).mode & 0o777).toBe(0o600);
+
+    fs.rmSync(path.join(node.manifests, 'sized.yaml'));
+    await eventually(() => !(uid in record('allocated_pods_state')) && !(uid in record('actuated_pods_state')), 30_000);
   });
 
   it('skips a malformed manifest with a log naming the file and the reason; the other pods keep running', async () => {
