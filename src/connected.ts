@@ -85,7 +85,12 @@ export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOp
   if (kubeconfig === undefined) return standaloneMode();
   // Imported only when connected: the client's undici holds ~20 MB of RSS a standalone node never needs.
   const { controlPlanePorts } = await import('./controlplane/adapter.js');
-  return connectedMode(await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger), o);
+  // The Lease's deadline, as the kubelet's heartbeat client: min(nodeStatusUpdateFrequency,
+  // nodeLeaseDurationSeconds) (10 s with the defaults), but at least 2 s: on a loaded node a
+  // 1 s deadline aborted renewals the server was about to accept, each abort costing a
+  // conflict and a re-read (seen in the load test, 1 s status frequency, 4 s lease).
+  const leaseTimeoutMs = Math.max(2000, Math.min(parseDuration(o.config.nodeStatusUpdateFrequency), o.config.nodeLeaseDurationSeconds * 1000));
+  return connectedMode(await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, { leaseTimeoutMs }), o);
 }
 
 /** Standalone: no control plane is contacted, nothing of connected mode is built. */

@@ -3,6 +3,15 @@
  * node's pods (a reflector with `fieldSelector=spec.nodeName=<node>`). Built from
  * `--kubeconfig` before the lock is taken (a bad kubeconfig stops startup naming file and
  * field); makes no request until the daemon starts its services.
+ *
+ * Two clients, as the kubelet has (its `heartbeatClient`): the Lease has its own connection
+ * and a deadline of its own (the kubelet's: min(nodeStatusUpdateFrequency,
+ * nodeLeaseDurationSeconds), at least 2 s: src/connected.ts), so a renewal never waits behind the status writes, events,
+ * mirror pods or the watches on the main client's pool.
+ *
+ * The node status reporter reads its Node from a watch of that one Node
+ * (`fieldSelector=metadata.name=<node>`, a reflector: resumed on its resourceVersion,
+ * listed again on 410), as an informer would, instead of a GET every turn.
  */
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node, NodeStatus, Pod } from 'kubernetes-types/core/v1.js';
@@ -26,11 +35,35 @@ async function orUndefined<T>(p: Promise<T>): Promise<T | undefined> {
   }
 }
 
-export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger): ControlPlanePorts {
-  const client = new ControlPlaneClient({ access: loadKubeconfig(kubeconfig) });
+export interface PortsOptions {
+  /** Deadline of a Lease request (default 10 s, the kubelet's for its defaults). */
+  leaseTimeoutMs?: number;
+}
+
+export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger, o: PortsOptions = {}): ControlPlanePorts {
+  const access = loadKubeconfig(kubeconfig);
+  const client = new ControlPlaneClient({ access });
+  // The heartbeat client: one connection of its own, used by the Lease alone.
+  const heartbeat = new ControlPlaneClient({ access, connections: 1, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
   const log = logger.child({ component: 'control-plane' });
   const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
   let reflector: Reflector<Pod> | undefined;
+  // A delivery of the pods' full set waiting for the end of a burst of watch events.
+  let pending: NodeJS.Immediate | undefined;
+  // This node's Node, watched: started at the first look (the reporter's, the lease's or the
+  // mirror pods'), stopped with the reporter and at close.
+  let nodeWatch: Reflector<Node> | undefined;
+  const watchedNode = (name: string): { node: Node | undefined } | undefined => {
+    if (name !== nodeName) return undefined;
+    if (!nodeWatch) {
+      nodeWatch = new Reflector<Node>({ client, type: NODES, fieldSelector: `metadata.name=${nodeName}`, logger: log, onEvent: () => {} });
+      nodeWatch.start();
+      return undefined;
+    }
+    // Not listed yet, or failing: the reporter asks with a GET instead.
+    if (!nodeWatch.healthy()) return undefined;
+    return { node: nodeWatch.state.get(`/${nodeName}`) };
+  };
   // Grace period 0 ends a graceful deletion; the UID precondition spares a pod recreated under the name.
   const deletePod = async (namespace: string, name: string, uid: string) => {
     await client.delete(PODS, { namespace, name }, { body: { gracePeriodSeconds: 0, preconditions: { uid } } });
@@ -42,12 +75,16 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
       createNode: (node) => client.create(NODES, node),
       // Strategic merge: conditions and addresses merge by type, as the kubelet patches them.
       patchNodeStatus: (name, status: NodeStatus) => client.patch<Node>(NODES, { name }, { status }, { type: 'strategic', subresource: 'status' }),
+      watchedNode,
+      async stopWatch() {
+        await nodeWatch?.stop();
+      },
     },
     leases: {
-      getNode,
-      getLease: (namespace, name) => orUndefined(client.get<Lease>(LEASES, { namespace, name })),
-      createLease: (lease) => client.create(LEASES, lease),
-      updateLease: (lease) => client.update(LEASES, lease),
+      getNode: async (name) => watchedNode(name)?.node ?? orUndefined(heartbeat.get<Node>(NODES, { name })),
+      getLease: (namespace, name) => orUndefined(heartbeat.get<Lease>(LEASES, { namespace, name })),
+      createLease: (lease) => heartbeat.create(LEASES, lease),
+      updateLease: (lease) => heartbeat.update(LEASES, lease),
     },
     reviews: {
       async tokenReview(token) {
@@ -74,18 +111,32 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
     },
     pods: {
       async start(onPods) {
+        // The consumers take full sets: a burst of watch events (a chunk of the stream holds
+        // many) is handed on as one set after the burst, not one set per event, so 5,000
+        // events do not cost 5,000 walks of every pod, and timers (the Lease) still run.
+        const deliver = () => {
+          if (pending) clearImmediate(pending);
+          pending = undefined;
+          onPods(reflector!.state.items());
+        };
         reflector = new Reflector<Pod>({
           client,
           type: PODS,
           fieldSelector: `spec.nodeName=${nodeName}`,
           logger: log,
-          onEvent: () => onPods(reflector!.state.items()),
+          onEvent: () => {
+            pending ??= setImmediate(deliver);
+          },
         });
         reflector.start();
         await reflector.waitForSync();
+        // The first full set is delivered before start resolves (PodFeed's contract).
+        if (pending) deliver();
       },
       async stop() {
         await reflector?.stop();
+        if (pending) clearImmediate(pending);
+        pending = undefined;
       },
     },
     podStatus: {
@@ -96,7 +147,7 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
       deletePod: (namespace, name, uid) => deletePod(namespace, name, uid),
     },
     mirrorPods: {
-      nodeUid: async (name) => (await getNode(name))?.metadata?.uid,
+      nodeUid: async (name) => (watchedNode(name)?.node ?? (await getNode(name)))?.metadata?.uid,
       async createPod(pod) {
         await client.create<Pod>(PODS, pod);
       },
@@ -110,6 +161,9 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
         await client.mergePatch(EVENTS, { namespace, name }, patch);
       },
     },
-    close: () => client.close(),
+    close: async () => {
+      await nodeWatch?.stop();
+      await Promise.all([client.close(), heartbeat.close()]);
+    },
   };
 }

@@ -49,6 +49,10 @@ export class LeaseRenewer extends LoopOwner {
   #lastRenew = 0;
   /** The last failure got no answer from the server at all (see nextDelayMs). */
   #unanswered = false;
+  /** Clock time the next turn was planned for (0: none planned), to tell a late timer from a slow request. */
+  #plannedAt = 0;
+  /** The renew interval of the last plan (ms). */
+  #plannedDelay = 0;
 
   constructor(o: LeaseRenewerOptions) {
     super({ name: 'lease', clock: o.clock, logger: o.logger });
@@ -68,8 +72,13 @@ export class LeaseRenewer extends LoopOwner {
    * a server that answers with errors (5xx, 429) or too slowly gets the whole backoff.
    */
   override nextDelayMs(): number {
-    if (this.#failures > 0) return backoffDelay(this.#failures - 1, 200, this.#unanswered ? UNANSWERED_RETRY_CAP_MS : 7_000);
-    return backoffDelay(0, this.#o.leaseDurationSeconds * 250, Number.MAX_SAFE_INTEGER, 0.04, this.#o.rand);
+    const ms =
+      this.#failures > 0
+        ? backoffDelay(this.#failures - 1, 200, this.#unanswered ? UNANSWERED_RETRY_CAP_MS : 7_000)
+        : backoffDelay(0, this.#o.leaseDurationSeconds * 250, Number.MAX_SAFE_INTEGER, 0.04, this.#o.rand);
+    this.#plannedAt = this.#o.clock.now() + ms;
+    this.#plannedDelay = ms;
+    return ms;
   }
 
   #spec(base: Lease): Lease {
@@ -83,6 +92,7 @@ export class LeaseRenewer extends LoopOwner {
   async syncOnce(): Promise<boolean> {
     const { api, nodeName } = this.#o;
     const log = this.#o.logger;
+    this.#turnStart = this.#o.clock.now();
     try {
       if (this.#cached) {
         try {
@@ -123,10 +133,23 @@ export class LeaseRenewer extends LoopOwner {
     }
   }
 
+  #turnStart = 0;
+
   #ok(): true {
     if (this.#failures > 0) this.#o.logger.info({ after: this.#failures }, 'node lease renewed again');
+    const now = this.#o.clock.now();
+    // Late: more than a second past the renew interval. Say where the time went: the turn
+    // starting late (the event loop was busy: the timer fired late) or the request.
+    const interval = this.#o.leaseDurationSeconds * 250;
+    if (this.#failures === 0 && this.#lastRenew > 0 && now - this.#lastRenew > interval + 1000) {
+      const startedLateMs = this.#plannedAt > 0 ? Math.max(0, this.#turnStart - this.#plannedAt) : 0;
+      this.#o.logger.warn(
+        { sinceLastMs: now - this.#lastRenew, startedLateMs, requestMs: now - this.#turnStart, plannedDelayMs: this.#plannedDelay },
+        `node lease renewed late: ${now - this.#lastRenew} ms after the last renewal (turn started ${startedLateMs} ms late, the request took ${now - this.#turnStart} ms)`,
+      );
+    }
     this.#failures = 0;
-    this.#lastRenew = this.#o.clock.now();
+    this.#lastRenew = now;
     this.#o.onRenew?.(true);
     return true;
   }

@@ -15,7 +15,7 @@ import { LoopOwner } from '../loop.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import { nodeRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
-import { nodeStatus, registrationNode, statusChanged, type NodeFacts } from './status.js';
+import { nodeStatus, registrationNode, statusChanges, type NodeFacts } from './status.js';
 
 /** What the reporter needs of the control plane. */
 export interface NodeApi {
@@ -24,6 +24,16 @@ export interface NodeApi {
   createNode(node: Node): Promise<Node>;
   /** Merge patch of the status subresource. */
   patchNodeStatus(name: string, status: NodeStatus): Promise<Node>;
+  /**
+   * The Node as a watch of this one Node last saw it (an informer's cache: `fieldSelector=
+   * metadata.name=<node>`, resumed on its resourceVersion, listed again on 410): `undefined`
+   * while that watch has not listed yet or is failing (the reporter then GETs), `{ node:
+   * undefined }` when the watch says there is no such Node (deleted: registered again).
+   * Without it, the reporter GETs its Node every turn.
+   */
+  watchedNode?(name: string): { node: Node | undefined } | undefined;
+  /** Ends that watch (when the reporter stops). */
+  stopWatch?(): Promise<void>;
 }
 
 export interface NodeReporterOptions {
@@ -100,19 +110,30 @@ export class NodeReporter extends LoopOwner {
     const stamp = new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z');
     try {
       const facts = await this.#o.facts();
-      if (!this.#registered) await this.#register(facts, stamp);
-      else {
+      if (this.#registered) {
         // As the kubelet: the Node as the control plane has it now is what the new status is
         // compared with, so a change made by someone else (the node lifecycle controller's
         // Unknown after an outage) is corrected at once, not at the next report interval.
-        const current = await this.#o.api.getNode(facts.nodeName);
-        if (!current) throw new NodeletError('NOT_FOUND', `node ${facts.nodeName} not found`);
-        this.#notePodCIDR(current);
-        this.#last = current.status;
+        // The Node comes from the watch of it when there is one (no request), else a GET.
+        const watched = this.#o.api.watchedNode?.(facts.nodeName);
+        const current = watched ? watched.node : await this.#o.api.getNode(facts.nodeName);
+        if (current) {
+          this.#notePodCIDR(current);
+          this.#last = current.status;
+        } else {
+          // Deleted (by an administrator, or a node controller cleaning up): register again,
+          // as a fresh Node, now.
+          this.#o.logger.warn({ node: facts.nodeName }, `node ${facts.nodeName} is gone from the control plane; registering it again`);
+          this.#registered = false;
+          this.#last = undefined;
+        }
       }
+      if (!this.#registered) await this.#register(facts, stamp);
       const next = nodeStatus(facts, this.#last, stamp);
       const due = now - this.#lastReport >= this.#o.reportFrequencyMs;
-      if (!statusChanged(this.#last, next) && !due) return this.#answered();
+      const changes = statusChanges(this.#last, next);
+      if (changes.length === 0 && !due) return this.#answered();
+      this.#o.logger.debug({ changes, due }, changes.length ? `node status changed (${changes.join(', ')}): reporting it` : 'node status report due');
       const node = await this.#o.api.patchNodeStatus(facts.nodeName, next);
       this.#notePodCIDR(node);
       const before = this.#last?.conditions?.find((c) => c.type === 'Ready')?.status;
@@ -152,5 +173,10 @@ export class NodeReporter extends LoopOwner {
   override start(signal?: AbortSignal): void {
     this.#startedAt = this.#o.clock.now();
     super.start(signal);
+  }
+
+  override async stop(): Promise<void> {
+    await super.stop();
+    await this.#o.api.stopWatch?.();
   }
 }

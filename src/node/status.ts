@@ -156,17 +156,23 @@ function canonical(v: unknown): string {
  * strategic merge patch and no reason to write.
  */
 export function statusChanged(prev: NodeStatus | undefined, next: NodeStatus): boolean {
-  if (!prev) return true;
+  return statusChanges(prev, next).length > 0;
+}
+
+/** What statusChanged found: the fields that differ (`conditions.Ready`, `capacity.cpu`, `nodeInfo`, ...); empty when none. */
+export function statusChanges(prev: NodeStatus | undefined, next: NodeStatus): string[] {
+  if (!prev) return ['(no status yet)'];
+  const out: string[] = [];
   const cond = (s: NodeStatus, type: string) => {
     const c = s.conditions?.find((x) => x.type === type);
     if (!c) return undefined;
     const { lastHeartbeatTime: _h, ...rest } = c;
     return rest;
   };
-  for (const c of next.conditions ?? []) if (canonical(cond(prev, c.type)) !== canonical(cond(next, c.type))) return true;
+  for (const c of next.conditions ?? []) if (canonical(cond(prev, c.type)) !== canonical(cond(next, c.type))) out.push(`conditions.${c.type}`);
   for (const key of ['capacity', 'allocatable'] as const) {
-    for (const [k, v] of Object.entries(next[key] ?? {})) if (prev[key]?.[k] !== v) return true;
+    for (const [k, v] of Object.entries(next[key] ?? {})) if (prev[key]?.[k] !== v) out.push(`${key}.${k}`);
   }
-  for (const key of ['addresses', 'daemonEndpoints', 'nodeInfo'] as const) if (canonical(prev[key]) !== canonical(next[key])) return true;
-  return false;
+  for (const key of ['addresses', 'daemonEndpoints', 'nodeInfo'] as const) if (canonical(prev[key]) !== canonical(next[key])) out.push(key);
+  return out;
 }

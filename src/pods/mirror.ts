@@ -93,6 +93,8 @@ export class MirrorPods extends LoopOwner {
   #api: Pod[] | undefined;
   #nodeUid: string | undefined;
   readonly #reported = new Map<string, string>();
+  /** Something changed (the static pods, the API's pods) or the last turn left work undone: plan again. */
+  #dirty = true;
 
   constructor(o: MirrorPodsOptions) {
     super({ name: 'mirror-pods', clock: o.clock ?? realClock, periodMs: o.periodMs ?? 1000 });
@@ -101,17 +103,24 @@ export class MirrorPods extends LoopOwner {
 
   setStaticPods(pods: Pod[]): void {
     this.#static = pods;
+    this.#dirty = true;
   }
 
   /** This node's pods in the API (mirror pods among them). Until the first set, nothing is done. */
   setApiPods(pods: Pod[]): void {
     this.#api = pods;
+    this.#dirty = true;
   }
 
   /** One turn. Never throws: failures are logged once each and retried on the next turn. */
   async syncOnce(): Promise<void> {
-    if (!this.#api) return;
+    // Nothing changed since a turn that had nothing to do: no plan (it would be the same).
+    if (!this.#api || !this.#dirty) return;
+    this.#dirty = false;
     const plan = planMirrorPods(this.#static, this.#api);
+    // Blocked names are reported once and wait for a change; deletions and creations wait for
+    // the watch to show them done (a change), failures are retried next turn.
+    if (plan.remove.length > 0 || plan.create.length > 0) this.#dirty = true;
     for (const { pod, why } of plan.remove) {
       const { namespace = 'default', name = '', uid = '' } = pod.metadata ?? {};
       await this.#try(`delete:${uid}`, pod, `cannot delete mirror pod`, async () => {

@@ -50,8 +50,13 @@ export class PodStatusWriter extends LoopOwner {
   readonly #o: Required<PodStatusWriterOptions>;
   /** The control plane's pods for this node, as last listed or watched (deleting ones included). */
   #apiPods: Pod[] = [];
-  /** Per UID: the status last written (JSON), and its top-level keys. */
-  readonly #written = new Map<string, { json: string; keys: string[] }>();
+  /**
+   * Per UID: the status last written (a copy, made from the JSON sent, so the pod manager
+   * changing its object later cannot hide a change) and its top-level keys. Compared each
+   * turn field by field (sameJson), so a turn where nothing changed allocates nothing per
+   * pod: a JSON string of every status every second was most of what this writer allocated.
+   */
+  readonly #written = new Map<string, { value: unknown; keys: string[] }>();
   readonly #deleted = new Set<string>();
   /** Per UID: the last failure logged, so a failing write is logged once, not every turn. */
   readonly #failures = new Map<string, string>();
@@ -87,21 +92,21 @@ export class PodStatusWriter extends LoopOwner {
   async #writeStatus(pod: Pod, uid: string): Promise<void> {
     const status = this.#o.pods.statusOf(pod);
     if (!status) return;
-    const json = JSON.stringify(status);
     const last = this.#written.get(uid);
-    if (last?.json === json) return;
+    if (last && sameJson(status, last.value)) return;
+    const json = JSON.stringify(status);
     const patch: Record<string, unknown> = { ...status };
     for (const k of last?.keys ?? []) if (!(k in patch)) patch[k] = null;
     const { namespace = 'default', name = '' } = pod.metadata ?? {};
     try {
       await this.#o.api.patchPodStatus(namespace, name, uid, patch);
-      this.#written.set(uid, { json, keys: Object.keys(status) });
+      this.#written.set(uid, { value: JSON.parse(json), keys: Object.keys(status) });
       this.#failures.delete(uid);
-      if (last === undefined || JSON.parse(last.json).phase !== status.phase) this.#o.logger.info({ pod: podKey(pod), uid, phase: status.phase }, `pod status written: ${status.phase}`);
+      if (last === undefined || (last.value as PodStatus).phase !== status.phase) this.#o.logger.info({ pod: podKey(pod), uid, phase: status.phase }, `pod status written: ${status.phase}`);
     } catch (err) {
       // Gone: the next watch event removes it; this status is not retried.
       if (err instanceof NodeletError && err.code === 'NOT_FOUND') {
-        this.#written.set(uid, { json, keys: Object.keys(status) });
+        this.#written.set(uid, { value: JSON.parse(json), keys: Object.keys(status) });
         return;
       }
       this.#failed(pod, uid, `cannot write the pod's status: ${errorMessage(err)}`);
@@ -131,4 +136,41 @@ export class PodStatusWriter extends LoopOwner {
     this.#failures.set(uid, msg);
     this.#o.logger.warn({ pod: podKey(pod), uid }, `${msg}; will retry`);
   }
+}
+
+/**
+ * Whether `a` serializes to the same JSON as `b` (a plain JSON value, parsed from JSON), key
+ * order aside: undefined members and functions count as absent, as JSON.stringify drops
+ * them. Walks both without building strings.
+ */
+export function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') {
+    // JSON.stringify writes NaN and the infinities as null.
+    if (typeof a === 'number' && !Number.isFinite(a)) return b === null;
+    return false;
+  }
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) {
+      const x = a[i] === undefined || typeof a[i] === 'function' ? null : a[i];
+      if (!sameJson(x, b[i])) return false;
+    }
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  if (typeof (a as { toJSON?: unknown }).toJSON === 'function') return sameJson(JSON.parse(JSON.stringify(a)), b);
+  const ao = a as Record<string, unknown>;
+  const bo = b as Record<string, unknown>;
+  let n = 0;
+  for (const k in ao) {
+    if (!Object.prototype.hasOwnProperty.call(ao, k)) continue;
+    const v = ao[k];
+    if (v === undefined || typeof v === 'function') continue;
+    n++;
+    if (!Object.prototype.hasOwnProperty.call(bo, k) || !sameJson(v, bo[k])) return false;
+  }
+  let m = 0;
+  for (const k in bo) if (Object.prototype.hasOwnProperty.call(bo, k)) m++;
+  return n === m;
 }

@@ -44,8 +44,17 @@ class MemNodes implements NodeApi {
 
 const ready: RuntimeState = { runtimeReady: true, networkReady: true, reason: 'ContainerRuntimeReady', message: '', runtimeName: 'containerd', runtimeVersion: '1.6' };
 
-function setup(existing?: Node) {
-  const api = new MemNodes();
+/** The same, with a watch of the Node (an informer's cache): the reporter reads it instead of GETting. */
+class WatchedNodes extends MemNodes {
+  /** The watch has listed (else the reporter GETs). */
+  synced = true;
+  watchedNode(name: string) {
+    this.calls.push('cache');
+    return this.synced ? { node: this.nodes.get(name) } : undefined;
+  }
+}
+
+function setup(existing?: Node, api: MemNodes = new MemNodes()) {
   if (existing) api.nodes.set('n1', existing);
   const clock = new ManualClock();
   let runtime: RuntimeState = { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: 'down' };
@@ -171,5 +180,72 @@ describe('NodeReporter', () => {
     expect(r.nextDelayMs()).toBe(10_000);
     clock.t += 1;
     await r.stop();
+  });
+
+  describe('with a watch of its own Node', () => {
+    it('makes no GET on a steady turn; patches only on change or when the report is due', async () => {
+      const { api, clock, r, setRuntime } = setup(undefined, new WatchedNodes());
+      setRuntime(ready);
+      await r.syncOnce();
+      expect(api.calls).toEqual(['create', 'patch']);
+      api.calls = [];
+      for (let i = 0; i < 29; i++) {
+        clock.t += 10_000;
+        await r.syncOnce();
+      }
+      expect(api.calls.filter((c) => c !== 'cache')).toEqual([]);
+      clock.t += 10_000;
+      await r.syncOnce();
+      expect(api.calls.filter((c) => c !== 'cache')).toEqual(['patch']);
+    });
+
+    it("the node controller's Unknown, seen by the watch, is corrected at the next turn; a foreign condition survives", async () => {
+      const { api, clock, r, setRuntime } = setup(undefined, new WatchedNodes());
+      setRuntime(ready);
+      await r.syncOnce();
+      const foreign = { type: 'NetworkUnavailable', status: 'False', reason: 'RouteCreated', message: 'RouteController created a route', lastTransitionTime: '2026-01-01T00:00:00Z', lastHeartbeatTime: '2026-01-01T00:00:00Z' };
+      const n = api.nodes.get('n1')!;
+      api.nodes.set('n1', { ...n, status: { ...n.status, conditions: [...n.status!.conditions!.map((c) => ({ ...c, status: 'Unknown', reason: 'NodeStatusUnknown' })), foreign] } });
+      api.calls = [];
+      clock.t += 10_000;
+      await r.syncOnce();
+      expect(api.calls).toEqual(['cache', 'patch']);
+      expect(readyOf(api.nodes.get('n1'))).toMatchObject({ status: 'True', reason: 'KubeletReady' });
+      expect(api.nodes.get('n1')!.status!.conditions!.find((c) => c.type === 'NetworkUnavailable')).toEqual(foreign);
+    });
+
+    it('GETs while the watch has not listed (or is failing)', async () => {
+      const api = new WatchedNodes();
+      const { clock, r } = setup(undefined, api);
+      await r.syncOnce();
+      api.synced = false;
+      api.calls = [];
+      clock.t += 10_000;
+      await r.syncOnce();
+      expect(api.calls).toEqual(['cache', 'get']);
+    });
+
+    it('a deleted Node is registered again at the next turn, and reported', async () => {
+      const { api, clock, r, setRuntime } = setup(undefined, new WatchedNodes());
+      setRuntime(ready);
+      await r.syncOnce();
+      api.nodes.delete('n1');
+      api.calls = [];
+      clock.t += 10_000;
+      await r.syncOnce();
+      expect(api.calls).toEqual(['cache', 'create', 'patch']);
+      expect(readyOf(api.nodes.get('n1'))).toMatchObject({ status: 'True', reason: 'KubeletReady' });
+      expect(r.registered).toBe(true);
+    });
+  });
+
+  it('without a watch, a deleted Node is registered again too', async () => {
+    const { api, clock, r } = setup();
+    await r.syncOnce();
+    api.nodes.delete('n1');
+    api.calls = [];
+    clock.t += 10_000;
+    await r.syncOnce();
+    expect(api.calls).toEqual(['get', 'create', 'patch']);
   });
 });

@@ -2,7 +2,7 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { PodStatusWriter } from '../../../src/pods/status-writer.js';
+import { PodStatusWriter, sameJson } from '../../../src/pods/status-writer.js';
 import { MemPodStatusApi } from '../../fakes/pod-status.js';
 
 const pod = (uid: string, extra: Partial<Pod['metadata']> = {}, phase?: string): Pod => ({
@@ -110,5 +110,19 @@ describe('PodStatusWriter', () => {
     setApiPods([pod('u1')]);
     await w.syncOnce();
     expect(api.patches).toHaveLength(2);
+  });
+});
+
+describe('sameJson', () => {
+  it('is JSON equality, key order aside, undefined members absent', () => {
+    const a = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }], podIP: undefined, n: 1 };
+    expect(sameJson(a, JSON.parse(JSON.stringify(a)))).toBe(true);
+    expect(sameJson({ n: 1, phase: 'Running', conditions: [{ status: 'True', type: 'Ready' }] }, JSON.parse(JSON.stringify(a)))).toBe(true);
+    expect(sameJson({ ...a, n: 2 }, JSON.parse(JSON.stringify(a)))).toBe(false);
+    expect(sameJson({ ...a, extra: 'x' }, JSON.parse(JSON.stringify(a)))).toBe(false);
+    expect(sameJson({ ...a, conditions: [] }, JSON.parse(JSON.stringify(a)))).toBe(false);
+    expect(sameJson({ phase: 'Running' }, { phase: 'Running', n: null })).toBe(false);
+    expect(sameJson([1, undefined], [1, null])).toBe(true);
+    expect(sameJson({ a: [] }, { a: {} })).toBe(false);
   });
 });
