@@ -245,10 +245,7 @@ describe(`runtime faults on containerd (seed ${SEED})`, () => {
     const samples = await poller.stop();
     poller = undefined;
     const usage1 = procUsage(pid);
-    const failed = samples.latencies.filter((l) => l < 0).length;
-    tally.add('healthz polls', samples.latencies.length);
-    tally.add('healthz failures', failed);
-    tally.add('crashes', records().filter((x) => /starting nodelet/.test(x.msg)).length - 1);
+    const failed = tally.addLiveness(samples.latencies, records());
     tally.note('nodelet before', usage0);
     tally.note('nodelet after', usage1);
     tally.note('healthz max latency ms', Math.round(Math.max(...samples.latencies)));

@@ -273,15 +273,12 @@ describe(`control-plane faults (seed ${SEED})`, () => {
     const samples = await poller.stop();
     poller = undefined;
     const usage1 = procUsage(pid);
-    const failed = samples.latencies.filter((l) => l < 0).length;
     const injectedByRules = Object.fromEntries(n.faults.byLabel);
     for (const [k, v] of Object.entries(changes)) tally.add(`pods ${k} during faults`, v);
     tally.add('requests answered by a fault rule', n.faults.injected);
     tally.add('relists', lists() - 1);
     tally.add('pod status PATCHes', podStatusWrites);
-    tally.add('healthz polls', samples.latencies.length);
-    tally.add('healthz failures', failed);
-    tally.add('crashes', n.nodelet.records.filter((x) => /starting nodelet/.test(x.msg)).length - 1);
+    const failed = tally.addLiveness(samples.latencies, n.nodelet.records);
     tally.add('lost (API status != runtime after the faults)', 0);
     tally.add('events nodelet took (logged Event occurred)', meantTotal);
     tally.add('events nodelet dropped (logged)', droppedTotal);

@@ -216,14 +216,11 @@ describe(`load: ${PODS_N} pods churned for ${SECONDS} s (seed ${SEED})`, () => {
     const gaps = churnLeaseWrites.slice(1).map((t, i) => t - churnLeaseWrites[i]!);
     const maxGap = Math.max(...gaps);
     const sortedGaps = [...gaps].sort((a, b) => a - b);
-    const failed = hz.latencies.filter((l) => l < 0).length;
     tally.add('pod changes', changes);
     tally.add('pod status PATCHes (all)', statusPatches);
     tally.add('pod status PATCHes in the quiet period', quietPatches);
     tally.add('lease writes during the churn', churnLeaseWrites.length);
-    tally.add('healthz polls', hz.latencies.length);
-    tally.add('healthz failures', failed);
-    tally.add('crashes', n.nodelet.records.filter((x) => /starting nodelet/.test(x.msg)).length - 1);
+    const failed = tally.addLiveness(hz.latencies, n.nodelet.records);
     tally.note('rss MiB first/last tenth', rss);
     tally.note('fds first/last tenth', fds);
     tally.note('lease gap ms median/p99/max', [sortedGaps[Math.floor(gaps.length / 2)], sortedGaps[Math.floor(gaps.length * 0.99)], maxGap]);

@@ -30,6 +30,18 @@ export class Tally {
   note(key: string, value: unknown): void {
     this.notes[key] = value;
   }
+  /**
+   * Liveness of the run: the out-of-process /healthz poller's latencies (-1 = failed) and
+   * nodelet's log records (a second "starting nodelet" is a crash and restart). Returns the
+   * failed polls.
+   */
+  addLiveness(latencies: readonly number[], records: ReadonlyArray<{ msg: string }>): number {
+    const failed = latencies.filter((l) => l < 0).length;
+    this.add('healthz polls', latencies.length);
+    this.add('healthz failures', failed);
+    this.add('crashes', records.filter((x) => /starting nodelet/.test(x.msg)).length - 1);
+    return failed;
+  }
   write(): void {
     fs.mkdirSync(reportDir, { recursive: true });
     const out = { category: this.category, profile: FULL ? 'full' : 'short', seconds: Math.round((Date.now() - this.started) / 100) / 10, counts: this.counts, notes: this.notes };

@@ -157,10 +157,7 @@ describe(`runtime faults (seed ${SEED})`, () => {
     const samples = await poller.stop();
     poller = undefined;
     const usage1 = procUsage(pid);
-    const failed = samples.latencies.filter((l) => l < 0).length;
-    tally.add('healthz polls', samples.latencies.length);
-    tally.add('healthz failures', failed);
-    tally.add('crashes', node.nodelet.records.filter((x) => /starting nodelet/.test(x.msg)).length - 1);
+    const failed = tally.addLiveness(samples.latencies, node.nodelet.records);
     tally.note('convergence ms (fault end -> every pod running once, runtime ready logged)', convergence);
     tally.note('fault held ms (window, or until nodelet logged the runtime not ready)', detection);
     tally.note('nodelet before', usage0);
