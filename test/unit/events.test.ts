@@ -88,7 +88,7 @@ describe('ApiEventRecorder', () => {
       for (let i = 0; i < depth; i++) p = p.then(() => undefined);
       await p.then(() => rec.emit(podRef(pod), 'Normal', 'B', 'second'));
       await rec.flushed();
-      await new Promise((r) => setTimeout(r, 0));
+      await new Promise((r) => setImmediate(r)); // a macrotask later: any flush has had its turn
       expect(api.created.map((e) => e.reason), `B emitted after ${depth} microtasks`).toEqual(['A', 'B']);
     }
   });

@@ -142,12 +142,17 @@ describe('a session', () => {
     // A server of the test's own: reads SYN_STREAMs, replies, sends data with FIN on stdout.
     const seen: { id: number; headers: Record<string, string> }[] = [];
     const pings: number[] = [];
+    let pinged!: () => void;
+    const pingAnswered = new Promise<void>((r) => (pinged = r));
     const server = net.createServer((sock) => {
       const inflate = new HeaderCompressor('inflate');
       const deflate = new HeaderCompressor('deflate');
       const parser = new FrameParser((f) => {
         if (f.kind !== 'control') return;
-        if (f.type === FRAME.PING) pings.push(f.payload.readUInt32BE(0));
+        if (f.type === FRAME.PING) {
+          pings.push(f.payload.readUInt32BE(0));
+          pinged();
+        }
         if (f.type !== FRAME.SYN_STREAM) return;
         const id = f.payload.readUInt32BE(0);
         void inflate.decode(f.payload.subarray(10)).then(async (headers) => {
@@ -181,7 +186,7 @@ describe('a session', () => {
       { id: 1, headers: { streamtype: 'error' } },
       { id: 3, headers: { streamtype: 'stdout' } },
     ]);
-    await new Promise((r) => setTimeout(r, 50));
+    await pingAnswered;
     expect(pings).toEqual([2]);
   });
 });
