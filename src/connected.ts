@@ -58,6 +58,8 @@ export interface ModeContext {
   rootDir?: string;
   /** Told of every lease renewal attempt (metrics). */
   onLeaseRenew?: (ok: boolean) => void;
+  /** Given what reports the node status at once: called when a node shutdown starts (src/node/shutdown-manager.ts). */
+  onNodeShutdown?: (reportNow: () => void) => void;
   /** The runtime's image filesystems (CRI ImageFsInfo mountpoints), for the imagefs signals. */
   imageFsMountpoints?: () => Promise<string[]>;
 }
@@ -158,6 +160,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
           pressure: await pressure.decide(),
         }),
       });
+      ctx.onNodeShutdown?.(() => reporter.reportNow());
       const statusWriter = new PodStatusWriter({
         api: cp.podStatus,
         pods: {

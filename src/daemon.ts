@@ -333,7 +333,7 @@ export class Daemon {
       stop: () => pods.stop(),
     });
     // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
-    const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock: this.#deps.clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }) });
+    const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock: this.#deps.clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }), metrics });
     services.push({ name: 'node-shutdown', start: (signal) => shutdown.start(signal), stop: () => shutdown.stop() });
     // Container log rotation (containerLogMaxSize, containerLogMaxFiles), as the kubelet's log manager.
     const logRotation = new ContainerLogManager({
@@ -379,6 +379,7 @@ export class Daemon {
         imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),
         podCIDR: (cidr) => void podCidr.update(cidr),
         onLeaseRenew: (ok) => metrics.leaseRenewed(ok),
+        onNodeShutdown: (reportNow) => shutdown.onShutdownStart(reportNow),
       }),
     );
 

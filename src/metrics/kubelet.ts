@@ -64,6 +64,17 @@ export interface PodManagerMetrics {
   containerStarted(init: boolean, ok: boolean, code?: string): void;
 }
 
+/**
+ * What the node shutdown manager records: the kubelet's graceful shutdown gauges, in seconds
+ * since the epoch (given here in milliseconds; 0: none).
+ */
+export interface NodeShutdownMetrics {
+  /** `kubelet_graceful_shutdown_start_time_seconds`: when the last graceful node shutdown started. */
+  setShutdownStartTime(ms: number): void;
+  /** `kubelet_graceful_shutdown_end_time_seconds`: when it ended (0 while one is under way). */
+  setShutdownEndTime(ms: number): void;
+}
+
 export class Metrics implements PodManagerMetrics {
   readonly registry = new Registry();
   readonly #stopProcess: () => void;
@@ -101,6 +112,8 @@ export class Metrics implements PodManagerMetrics {
     new Histogram('nodelet_stats_collection_duration_seconds', 'Wall time of one set of CRI and host reads for /stats/summary and /metrics/resource.', [], DEF_BUCKETS),
   );
 
+  #gracefulShutdown: NodeShutdownMetrics | undefined;
+
   constructor(o: { processMetrics?: boolean; startTimeMs?: number; nodeName?: string } = {}) {
     this.registry.register(new Collected('nodelet_build_info', 'nodelet version; always 1.', 'gauge', ['version'], () => [{ labels: { version: VERSION }, value: 1 }]));
     const nodeName = o.nodeName;
@@ -121,6 +134,26 @@ export class Metrics implements PodManagerMetrics {
   /** The lease renewer's observer: one renewal attempt and whether the control plane accepted it. */
   leaseRenewed(ok: boolean): void {
     (ok ? this.leaseRenewals : this.leaseRenewalFailures).inc(undefined);
+  }
+
+  /**
+   * The graceful node shutdown gauges, registered at the first call (the node shutdown manager
+   * asks for them when gates GracefulNodeShutdown and GracefulNodeShutdownBasedOnPodPriority
+   * are on, as the kubelet registers them), 0 until a shutdown is known. Names, help (the end
+   * gauge's help is upstream's, copied from the start gauge's) and stability are upstream's.
+   */
+  gracefulShutdown(): NodeShutdownMetrics {
+    if (!this.#gracefulShutdown) {
+      const start = this.registry.register(new Gauge('kubelet_graceful_shutdown_start_time_seconds', '[ALPHA] Last graceful shutdown start time since unix epoch in seconds', []));
+      const end = this.registry.register(new Gauge('kubelet_graceful_shutdown_end_time_seconds', '[ALPHA] Last graceful shutdown start time since unix epoch in seconds', []));
+      start.set(undefined, 0);
+      end.set(undefined, 0);
+      this.#gracefulShutdown = {
+        setShutdownStartTime: (ms) => start.set(undefined, ms / 1000),
+        setShutdownEndTime: (ms) => end.set(undefined, ms / 1000),
+      };
+    }
+    return this.#gracefulShutdown;
   }
 
   /** The control-plane client's observer: code is the HTTP status, or `<error>` when no answer came. */

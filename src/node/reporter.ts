@@ -6,8 +6,11 @@
  * after start, until the node is first reported Ready, it checks every 100 ms (for at most
  * 2 min) so a fresh node turns Ready quickly.
  *
- * Contract: `syncOnce()` is one turn (tests call it); `start`/`stop` run the loop. A
- * control-plane fault never throws out of the loop: it is logged and retried next turn.
+ * Contract: `syncOnce()` is one turn (tests call it); `start`/`stop` run the loop;
+ * `reportNow()` has the running loop turn at once instead of at the end of its sleep (the
+ * node shutdown manager: the not-ready status goes out when the shutdown starts, as the
+ * kubelet's syncNodeStatus). A control-plane fault never throws out of the loop: it is
+ * logged and retried next turn.
  */
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { backoffDelay, type Clock } from '../clock.js';
@@ -162,6 +165,15 @@ export class NodeReporter extends LoopOwner {
   #notePodCIDR(node: Node | undefined): void {
     const cidr = nodePodCIDR(node);
     if (cidr !== '') this.#o.onPodCIDR?.(cidr);
+  }
+
+  /**
+   * The next turn now (right after the one in flight, if any) rather than after the period:
+   * for a change that must reach the control plane at once (a node shutdown starting).
+   * Before start, the first turn runs at once anyway.
+   */
+  reportNow(): void {
+    this.wake();
   }
 
   override nextDelayMs(): number {

@@ -6,7 +6,8 @@
  * 2. connects to systemd-logind; when its `InhibitDelayMaxSec` is below the period asked for,
  *    writes `/etc/systemd/logind.conf.d/99-kubelet.conf` and has logind reload, then checks;
  * 3. takes a `shutdown` delay inhibitor and watches `PrepareForShutdown`;
- * 4. on PrepareForShutdown(true): the node goes not ready, the state file gets the start time,
+ * 4. on PrepareForShutdown(true): the node goes not ready (Ready False, `node is shutting down`,
+ *    reported at once: onShutdownStart), the state file gets the start time,
  *    the pods stop group by group (shutdown-plan.ts: lowest priority first, each group within
  *    its period, each pod within min(group, own grace)) and end Failed with reason `Terminated`;
  *    new pods are refused (`NodeShutdown`); then the end time is written and the inhibitor
@@ -27,6 +28,7 @@ import { isFeatureEnabled } from '../config/feature-gates.js';
 import { errorMessage } from '../errors.js';
 import { nodeRef, noEvents, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
+import type { NodeShutdownMetrics } from '../metrics/kubelet.js';
 import type { RuntimeState } from '../runtime/health.js';
 import { writeFileAtomic } from '../system/root-dir.js';
 import type { Inhibitor, Logind } from './shutdown-logind.js';
@@ -38,6 +40,7 @@ import {
   NODE_SHUTDOWN_NOT_ADMITTED_MESSAGE,
   NODE_SHUTDOWN_NOT_ADMITTED_REASON,
   NODE_SHUTDOWN_REASON,
+  NODE_SHUTTING_DOWN_ERROR,
   periodRequestedSeconds,
   podGraceSeconds,
   SHUTDOWN_STATE_FILE,
@@ -46,6 +49,7 @@ import {
   type ShutdownSettings,
   type ShutdownState,
 } from './shutdown-plan.js';
+import type { ReadinessState } from './status.js';
 
 export interface NodeShutdownOptions {
   /** The priority groups (shutdownGroups()); empty: the feature is off and this only passes pods through. */
@@ -65,12 +69,19 @@ export interface NodeShutdownOptions {
   pollMs?: number;
   /** Reconnection backoff after logind could not be reached or was lost: first, max (default 1 s, 60 s). */
   retryMs?: [number, number];
+  /**
+   * The kubelet's `kubelet_graceful_shutdown_{start,end}_time_seconds` (gates GracefulNodeShutdown
+   * and GracefulNodeShutdownBasedOnPodPriority, as the kubelet registers them): set from the
+   * state file read back at start, and when a shutdown starts and ends.
+   */
+  metrics?: NodeShutdownMetrics;
 }
 
 type Override = { kind: 'terminated'; graceSeconds: number } | { kind: 'refused' };
 
 export class NodeShutdownManager {
-  readonly #o: Required<Omit<NodeShutdownOptions, 'nodeName'>> & { nodeName?: string };
+  readonly #o: Required<Omit<NodeShutdownOptions, 'nodeName' | 'metrics'>> & Pick<NodeShutdownOptions, 'nodeName' | 'metrics'>;
+  readonly #onStart: (() => void)[] = [];
   #desired: Pod[] = [];
   readonly #overrides = new Map<string, Override>();
   /** UIDs the node ran when the shutdown started: any other one is refused while it lasts. */
@@ -151,9 +162,22 @@ export class NodeShutdownManager {
     };
   }
 
-  /** The runtime state the Node's Ready condition is computed from: not ready while shutting down. */
-  runtimeState(rt: RuntimeState): RuntimeState {
-    return this.#shuttingDown ? { ...rt, runtimeReady: false, reason: 'ContainerRuntimeNotReady', message: 'node is shutting down' } : rt;
+  /**
+   * What the Node's Ready condition is computed from: the runtime's state, with this manager's
+   * error while the node shuts down (the kubelet's `ShutdownStatus()`), so Ready is False with
+   * the message `node is shutting down` (src/node/status.ts), the runtime's own state untouched.
+   */
+  runtimeState(rt: RuntimeState): ReadinessState {
+    return this.#shuttingDown ? { ...rt, nodeShutdownError: NODE_SHUTTING_DOWN_ERROR } : rt;
+  }
+
+  /**
+   * `listener` is called when a shutdown starts, right after the node went not ready: the node
+   * status reporter's reportNow, so the Ready=False goes out at once (the kubelet's
+   * `go syncNodeStatus()`), not at the next nodeStatusUpdateFrequency.
+   */
+  onShutdownStart(listener: () => void): void {
+    this.#onStart.push(listener);
   }
 
   /** Reads the last shutdown's state back (logged), then connects to logind in the background. Never throws. */
@@ -178,6 +202,11 @@ export class NodeShutdownManager {
     }
     try {
       const s = decodeShutdownState(text);
+      // As the kubelet at start: the gauges show the last shutdown (only when the feature is on).
+      if (this.enabled) {
+        if (s.startTime) this.#o.metrics?.setShutdownStartTime(s.startTime.getTime());
+        if (s.endTime) this.#o.metrics?.setShutdownEndTime(s.endTime.getTime());
+      }
       this.#log.info(
         { file: this.stateFile, startTime: s.startTime?.toISOString(), endTime: s.endTime?.toISOString() },
         s.startTime
@@ -274,7 +303,17 @@ export class NodeShutdownManager {
   async processShutdown(): Promise<void> {
     const clock = this.#o.clock;
     this.#shuttingDown = true;
+    for (const listener of this.#onStart) {
+      try {
+        listener();
+      } catch (err) {
+        this.#log.warn({ err: errorMessage(err) }, `a node shutdown listener failed: ${errorMessage(err)}`);
+      }
+    }
     const start = new Date(clock.now());
+    // As the kubelet: the start time, and no end time until this one ends.
+    this.#o.metrics?.setShutdownStartTime(start.getTime());
+    this.#o.metrics?.setShutdownEndTime(0);
     // The active pods: not over in the API, nor by what the pod manager saw.
     const over = (phase: string | undefined) => phase === 'Succeeded' || phase === 'Failed';
     const active = this.#desired.filter((p) => !over(p.status?.phase) && !over(this.statusOf(p.metadata?.uid ?? '', this.#o.podStatus(p.metadata?.uid ?? ''))?.phase));
@@ -302,6 +341,7 @@ export class NodeShutdownManager {
     } finally {
       const end = new Date(clock.now());
       await this.#writeState({ startTime: start, endTime: end });
+      this.#o.metrics?.setShutdownEndTime(end.getTime());
       this.#log.info({ startTime: start.toISOString(), endTime: end.toISOString(), ms: end.getTime() - start.getTime() }, 'graceful node shutdown done: releasing the inhibitor, the node will shut down shortly');
       await this.#inhibitor?.release().catch(() => undefined);
       this.#inhibitor = undefined;
@@ -350,9 +390,14 @@ function key(pod: Pod): string {
  */
 export function nodeShutdownFor(
   cfg: ShutdownSettings & { readonly featureGates?: Readonly<Record<string, boolean>> },
-  o: Omit<NodeShutdownOptions, 'groups' | 'connect'> & { connect?: NodeShutdownOptions['connect'] },
+  o: Omit<NodeShutdownOptions, 'groups' | 'connect' | 'metrics'> & { connect?: NodeShutdownOptions['connect']; metrics?: { gracefulShutdown(): NodeShutdownMetrics } },
 ): NodeShutdownManager {
-  const groups = isFeatureEnabled(cfg, 'GracefulNodeShutdown') ? shutdownGroups(cfg, { byPodPriority: isFeatureEnabled(cfg, 'GracefulNodeShutdownBasedOnPodPriority') }) : [];
+  const { metrics: registry, ...rest } = o;
+  const on = isFeatureEnabled(cfg, 'GracefulNodeShutdown');
+  const byPriority = isFeatureEnabled(cfg, 'GracefulNodeShutdownBasedOnPodPriority');
+  const groups = on ? shutdownGroups(cfg, { byPodPriority: byPriority }) : [];
+  // The kubelet registers its two gauges with both gates on (shown as 0 until a shutdown is known).
+  const metrics = on && byPriority ? registry?.gracefulShutdown() : undefined;
   const logger = o.logger;
-  return new NodeShutdownManager({ ...o, groups, connect: o.connect ?? (async () => (await import('./shutdown-logind.js')).connectLogind({ logger })) });
+  return new NodeShutdownManager({ ...rest, groups, ...(metrics ? { metrics } : {}), connect: o.connect ?? (async () => (await import('./shutdown-logind.js')).connectLogind({ logger })) });
 }

@@ -34,6 +34,8 @@ export const NODE_SHUTDOWN_REASON = 'Terminated';
 export const NODE_SHUTDOWN_MESSAGE = 'Pod was terminated in response to imminent node shutdown.';
 export const NODE_SHUTDOWN_NOT_ADMITTED_REASON = 'NodeShutdown';
 export const NODE_SHUTDOWN_NOT_ADMITTED_MESSAGE = 'Pod was rejected as the node is shutting down.';
+/** The shutdown manager's error while the node shuts down (its `ShutdownStatus()`): the Ready condition's message. */
+export const NODE_SHUTTING_DOWN_ERROR = 'node is shutting down';
 /** `<root-dir>/graceful_node_shutdown_state`. */
 export const SHUTDOWN_STATE_FILE = 'graceful_node_shutdown_state';
 

@@ -8,13 +8,22 @@
  * PIDPressure as node/pressure.ts decided them from the measured signals (a condition it
  * could not decide this turn keeps what it said before, or is Unknown at first), then Ready
  * last. Ready is False with
- * KubeletNotReady and every reason joined when the runtime is down, not ready, or its
- * network is not ready, as the kubelet reports a node without CNI. `lastTransitionTime`
- * moves only when a condition's status changes; `lastHeartbeatTime` on every report.
+ * KubeletNotReady when the runtime is down, not ready, or its network is not ready (as the
+ * kubelet reports a node without CNI), or while the node shuts down (the shutdown manager's
+ * error, `node is shutting down`); the message is the kubelet's aggregate of those errors
+ * (one alone as it is, several as `[a, b]`). `lastTransitionTime` moves only when a
+ * condition's status changes; `lastHeartbeatTime` on every report.
  */
 import type { Node, NodeAddress, NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
 import type { RuntimeState } from '../runtime/health.js';
 import type { PressureDecision, PressureType } from './pressure.js';
+
+/**
+ * What the Ready condition is computed from: the runtime's state and, while the node shuts
+ * down, the node shutdown manager's error (the kubelet's `ShutdownStatus()`: `node is
+ * shutting down`; src/node/shutdown-manager.ts adds it to the runtime state it hands on).
+ */
+export type ReadinessState = RuntimeState & { nodeShutdownError?: string | undefined };
 
 export interface NodeFacts {
   nodeName: string;
@@ -31,7 +40,7 @@ export interface NodeFacts {
   kubeletPort: number;
   /** e.g. `v1.32.0-nodelet.0.1.0`: what `kubectl get nodes` shows as VERSION. */
   kubeletVersion: string;
-  runtime: RuntimeState;
+  runtime: ReadinessState;
   /** Per pressure condition: true under pressure, false not, absent when undecided this turn. */
   pressure: PressureDecision;
   info: { machineID: string; systemUUID: string; bootID: string; kernelVersion: string; osImage: string };
@@ -43,8 +52,8 @@ const PRESSURE: { type: PressureType; ok: [string, string]; bad: [string, string
   { type: 'PIDPressure', ok: ['KubeletHasSufficientPID', 'kubelet has sufficient PID available'], bad: ['KubeletHasInsufficientPID', 'kubelet has insufficient PID available'], what: 'PID' },
 ];
 
-/** Why the node is not ready, in the kubelet's words; empty when it is. */
-export function readinessErrors(rt: RuntimeState): string[] {
+/** Why the node is not ready, in the kubelet's words and order (runtime, network, node shutdown); empty when it is. */
+export function readinessErrors(rt: ReadinessState): string[] {
   const errors: string[] = [];
   if (rt.reason === 'ContainerRuntimeUnknown') errors.push('container runtime status check may not have completed yet');
   else if (rt.reason === 'ContainerRuntimeDown') errors.push(`container runtime is down${rt.lastError ? `: ${rt.lastError}` : ''}`);
@@ -52,7 +61,17 @@ export function readinessErrors(rt: RuntimeState): string[] {
   if (rt.runtimeReady && !rt.networkReady) {
     errors.push(`container runtime network not ready: NetworkReady=false reason:${rt.networkReason ?? ''} message:${rt.networkMessage ?? ''}`);
   }
+  if (rt.nodeShutdownError) errors.push(rt.nodeShutdownError);
   return errors;
+}
+
+/**
+ * The Ready condition's message for those errors, as the kubelet's aggregate error prints
+ * (apimachinery's utilerrors.NewAggregate): one as it is, several (duplicates once) as `[a, b]`.
+ */
+export function readinessMessage(errors: readonly string[]): string {
+  const distinct = [...new Set(errors)];
+  return distinct.length === 1 ? distinct[0]! : `[${distinct.join(', ')}]`;
 }
 
 function condition(type: string, status: 'True' | 'False' | 'Unknown', reason: string, message: string, now: string, previous?: NodeCondition[]): NodeCondition {
@@ -86,7 +105,7 @@ export function nodeConditions(facts: NodeFacts, previous: NodeCondition[] | und
   out.push(
     errors.length === 0
       ? condition('Ready', 'True', 'KubeletReady', 'kubelet is posting ready status', now, previous)
-      : condition('Ready', 'False', 'KubeletNotReady', errors.join(', '), now, previous),
+      : condition('Ready', 'False', 'KubeletNotReady', readinessMessage(errors), now, previous),
   );
   return out;
 }

@@ -8,6 +8,16 @@
  * static pod still exists, created again. A name already held by a pod that is not a mirror
  * is left alone and reported. Mirror pods are never run: the pods the agent runs come from
  * the files.
+ *
+ * The Node's UID is read for each round of creations, as the kubelet's mirror client reads
+ * it (from its Node informer) for each mirror pod it creates: a Node deleted and registered
+ * again has a new UID, and the API server's NodeRestriction admission refuses a mirror pod
+ * owned by another. A mirror pod already owned by an earlier Node of this name is deleted
+ * and created again with the current UID (a node may not update a pod, only create and
+ * delete it): in a cluster the garbage collector deletes it anyway (its owner is gone) and
+ * the kubelet creates it again; nodelet does not wait for the collector. The Node's UID is
+ * looked at again every `nodeCheckMs` (10 s) while mirror pods exist (the Node watch's cache:
+ * no request while it is healthy).
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
@@ -54,8 +64,17 @@ export interface MirrorPlan {
   blocked: { pod: Pod; holder: Pod }[];
 }
 
-/** Pure: what to create and delete so that each static pod has exactly its current mirror. */
-export function planMirrorPods(staticPods: readonly Pod[], apiPods: readonly Pod[]): MirrorPlan {
+/** The UID of the Node a mirror pod is owned by (its `Node` ownerReference); undefined without one. */
+export function mirrorOwnerUid(mirror: Pod): string | undefined {
+  return mirror.metadata?.ownerReferences?.find((r) => r.kind === 'Node' && r.apiVersion === 'v1')?.uid;
+}
+
+/**
+ * Pure: what to create and delete so that each static pod has exactly its current mirror.
+ * With `nodeUid` (the Node's UID now), a mirror owned by another Node UID (an earlier Node of
+ * this name, deleted since) is deleted too, to be created again with this one.
+ */
+export function planMirrorPods(staticPods: readonly Pod[], apiPods: readonly Pod[], nodeUid?: string): MirrorPlan {
   const plan: MirrorPlan = { create: [], remove: [], blocked: [] };
   const inApi = new Map(apiPods.map((p) => [podKey(p), p]));
   const wanted = new Set<string>();
@@ -67,6 +86,10 @@ export function planMirrorPods(staticPods: readonly Pod[], apiPods: readonly Pod
     else if (!isMirrorPod(ap)) plan.blocked.push({ pod: sp, holder: ap });
     else if (ap.metadata?.deletionTimestamp) plan.remove.push({ pod: ap, why: 'it is being deleted' });
     else if (mirroredUid(ap) !== (sp.metadata?.annotations?.[ANN_CONFIG_HASH] ?? sp.metadata?.uid)) plan.remove.push({ pod: ap, why: 'its static pod changed' });
+    else {
+      const owner = mirrorOwnerUid(ap);
+      if (nodeUid && owner !== undefined && owner !== nodeUid) plan.remove.push({ pod: ap, why: `it is owned by an earlier Node of this name (uid ${owner}; the Node's uid is now ${nodeUid})` });
+    }
   }
   for (const ap of apiPods) if (isMirrorPod(ap) && !wanted.has(podKey(ap))) plan.remove.push({ pod: ap, why: 'its static pod is gone' });
   return plan;
@@ -85,20 +108,24 @@ export interface MirrorPodsOptions {
   logger: Logger;
   clock?: Clock;
   periodMs?: number;
+  /** How often the Node's UID is looked at while nothing else changed and mirror pods exist (default 10 s). */
+  nodeCheckMs?: number;
 }
 
 export class MirrorPods extends LoopOwner {
   readonly #o: Required<MirrorPodsOptions>;
   #static: Pod[] = [];
   #api: Pod[] | undefined;
+  /** The Node's UID as last read (undefined: no Node, or not read yet), and when. */
   #nodeUid: string | undefined;
+  #nodeReadAt = -Infinity;
   readonly #reported = new Map<string, string>();
   /** Something changed (the static pods, the API's pods) or the last turn left work undone: plan again. */
   #dirty = true;
 
   constructor(o: MirrorPodsOptions) {
     super({ name: 'mirror-pods', clock: o.clock ?? realClock, periodMs: o.periodMs ?? 1000 });
-    this.#o = { clock: realClock, periodMs: 1000, ...o };
+    this.#o = { clock: realClock, periodMs: 1000, nodeCheckMs: 10_000, ...o };
   }
 
   setStaticPods(pods: Pod[]): void {
@@ -114,10 +141,17 @@ export class MirrorPods extends LoopOwner {
 
   /** One turn. Never throws: failures are logged once each and retried on the next turn. */
   async syncOnce(): Promise<void> {
-    // Nothing changed since a turn that had nothing to do: no plan (it would be the same).
-    if (!this.#api || !this.#dirty) return;
+    if (!this.#api) return;
+    const due = this.#o.clock.now() - this.#nodeReadAt >= this.#o.nodeCheckMs;
+    if (!this.#dirty) {
+      // Nothing changed since a turn that had nothing to do: no plan (it would be the same),
+      // unless the Node was registered again meanwhile (a new UID) while mirror pods exist.
+      if (!due || !this.#api.some(isMirrorPod)) return;
+      const before = this.#nodeUid;
+      if (!(await this.#readNodeUid()) || this.#nodeUid === before) return;
+    } else if (due) await this.#readNodeUid();
     this.#dirty = false;
-    const plan = planMirrorPods(this.#static, this.#api);
+    const plan = planMirrorPods(this.#static, this.#api, this.#nodeUid);
     // Blocked names are reported once and wait for a change; deletions and creations wait for
     // the watch to show them done (a change), failures are retried next turn.
     if (plan.remove.length > 0 || plan.create.length > 0) this.#dirty = true;
@@ -132,11 +166,9 @@ export class MirrorPods extends LoopOwner {
       this.#report(`blocked:${podKey(pod)}`, pod, `no mirror pod for static pod ${podKey(pod)}: the name is taken by a pod that is not a mirror (uid ${holder.metadata?.uid})`);
     }
     if (plan.create.length === 0) return;
-    if (!this.#nodeUid) {
-      this.#nodeUid = await this.#o.api.nodeUid(this.#o.nodeName).catch(() => undefined);
-      // The Node is not registered yet (the node status loop does it): next turn.
-      if (!this.#nodeUid) return;
-    }
+    // The Node's UID now, as the kubelet's mirror client reads it for each creation. Not read
+    // (no answer), or no Node (not registered yet, or again: the node status loop does it): next turn.
+    if (!(await this.#readNodeUid()) || !this.#nodeUid) return;
     const node = { name: this.#o.nodeName, uid: this.#nodeUid };
     for (const sp of plan.create) {
       const mirror = mirrorPodOf(sp, node);
@@ -150,6 +182,20 @@ export class MirrorPods extends LoopOwner {
           throw err;
         }
       });
+    }
+  }
+
+  /**
+   * Reads the Node's UID (the watch's cache, or a GET): false when the control plane did not
+   * answer (the last UID is kept; the periodic look waits nodeCheckMs all the same).
+   */
+  async #readNodeUid(): Promise<boolean> {
+    this.#nodeReadAt = this.#o.clock.now();
+    try {
+      this.#nodeUid = await this.#o.api.nodeUid(this.#o.nodeName);
+      return true;
+    } catch {
+      return false;
     }
   }
 

@@ -126,6 +126,31 @@ describe('kubelet metrics', () => {
     m.close();
   });
 
+  it('the graceful node shutdown gauges: none until asked for, then upstream\'s names, help and stability, 0, then unix seconds', () => {
+    const m = new Metrics({ processMetrics: false });
+    expect(m.render()).not.toContain('graceful_shutdown');
+    const g = m.gracefulShutdown();
+    expect(m.gracefulShutdown()).toBe(g);
+    const family = (text: string) => {
+      const lines = text.split('\n');
+      const i = lines.indexOf('# HELP kubelet_graceful_shutdown_start_time_seconds [ALPHA] Last graceful shutdown start time since unix epoch in seconds');
+      return lines.slice(i, i + 6);
+    };
+    expect(family(m.render())).toEqual([
+      '# HELP kubelet_graceful_shutdown_start_time_seconds [ALPHA] Last graceful shutdown start time since unix epoch in seconds',
+      '# TYPE kubelet_graceful_shutdown_start_time_seconds gauge',
+      'kubelet_graceful_shutdown_start_time_seconds 0',
+      // Upstream's help for the end gauge is the start gauge's, word for word.
+      '# HELP kubelet_graceful_shutdown_end_time_seconds [ALPHA] Last graceful shutdown start time since unix epoch in seconds',
+      '# TYPE kubelet_graceful_shutdown_end_time_seconds gauge',
+      'kubelet_graceful_shutdown_end_time_seconds 0',
+    ]);
+    g.setShutdownStartTime(Date.UTC(2026, 10, 24, 7, 0, 0));
+    g.setShutdownEndTime(Date.UTC(2026, 10, 24, 7, 0, 2, 600));
+    expect(family(m.render()).filter((l) => !l.startsWith('#'))).toEqual(['kubelet_graceful_shutdown_start_time_seconds 1795503600', 'kubelet_graceful_shutdown_end_time_seconds 1795503602.6']);
+    m.close();
+  });
+
   it('counts started sandboxes and containers (init apart, errors with their code) at the runtime port', async () => {
     const m = new Metrics({ processMetrics: false });
     let fail = false;

@@ -1,10 +1,15 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../helpers/clock.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { NodeReporter, type NodeApi } from '../../../src/node/reporter.js';
-import type { NodeFacts } from '../../../src/node/status.js';
+import { NodeShutdownManager } from '../../../src/node/shutdown-manager.js';
+import { shutdownGroups } from '../../../src/node/shutdown-plan.js';
+import type { NodeFacts, ReadinessState } from '../../../src/node/status.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
 
 class MemNodes implements NodeApi {
@@ -54,15 +59,15 @@ class WatchedNodes extends MemNodes {
   }
 }
 
-function setup(existing?: Node, api: MemNodes = new MemNodes()) {
+/** `runtimeOf`: the runtime state each turn reads (the daemon's: through the node shutdown manager); else setRuntime's. */
+function setup(existing?: Node, api: MemNodes = new MemNodes(), clock = new ManualClock(), runtimeOf?: () => ReadinessState) {
   if (existing) api.nodes.set('n1', existing);
-  const clock = new ManualClock();
-  let runtime: RuntimeState = { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: 'down' };
+  let runtime: ReadinessState = { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: 'down' };
   let pressure: NodeFacts['pressure'] = { MemoryPressure: false, DiskPressure: false, PIDPressure: false };
   // Asynchronous, as the daemon's facts are (the pressure signals are measured each turn).
   const facts = async (): Promise<NodeFacts> => ({
     nodeName: 'n1', hostname: 'n1', ips: ['192.0.2.1'], os: 'linux', arch: 'amd64', cpuCores: 2, memoryBytes: 2 ** 30, maxPods: 110,
-    evictionHardMemoryBytes: 100 * 2 ** 20, kubeletPort: 10250, kubeletVersion: 'v1.32.0-nodelet', runtime, pressure,
+    evictionHardMemoryBytes: 100 * 2 ** 20, kubeletPort: 10250, kubeletVersion: 'v1.32.0-nodelet', runtime: runtimeOf ? runtimeOf() : runtime, pressure,
     info: { machineID: 'm', systemUUID: 's', bootID: 'b', kernelVersion: 'k', osImage: 'o' },
   });
   const events: string[] = [];
@@ -70,7 +75,7 @@ function setup(existing?: Node, api: MemNodes = new MemNodes()) {
     api, facts, clock, logger: silentLogger(), updateFrequencyMs: 10_000, reportFrequencyMs: 300_000, rand: () => 0.5,
     events: { emit: (ref, type, reason, message) => events.push(`${ref.kind}/${ref.name} ${type} ${reason}: ${message}`) },
   });
-  return { api, clock, r, events, setRuntime: (s: RuntimeState) => (runtime = s), setPressure: (p: NodeFacts['pressure']) => (pressure = p) };
+  return { api, clock, r, events, setRuntime: (s: ReadinessState) => (runtime = s), setPressure: (p: NodeFacts['pressure']) => (pressure = p) };
 }
 
 const readyOf = (n: Node | undefined) => n?.status?.conditions?.find((c) => c.type === 'Ready');
@@ -180,6 +185,63 @@ describe('NodeReporter', () => {
     expect(r.nextDelayMs()).toBe(10_000);
     clock.t += 1;
     await r.stop();
+  });
+
+  it('reportNow: the running loop turns at once instead of at the end of its period', async () => {
+    const { api, clock, r, setRuntime } = setup();
+    setRuntime(ready);
+    r.start();
+    await clock.whenSleeping();
+    expect(api.calls).toEqual(['create', 'patch']);
+    expect(clock.sleeps).toEqual([10_000]);
+    api.calls = [];
+    setRuntime({ ...ready, nodeShutdownError: 'node is shutting down' });
+    await clock.advance(4_000);
+    // Not seen yet: the loop sleeps its 10 s.
+    expect(api.calls).toEqual([]);
+    const t = clock.now();
+    r.reportNow();
+    await clock.whenSleeping();
+    expect(clock.now()).toBe(t);
+    expect(api.calls).toEqual(['get', 'patch']);
+    expect(readyOf(api.nodes.get('n1'))).toMatchObject({ status: 'False', reason: 'KubeletNotReady', message: 'node is shutting down' });
+    await r.stop();
+  });
+
+  it('a node shutdown starting is reported at once: Ready False, "node is shutting down", without waiting for nodeStatusUpdateFrequency', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-reporter-'));
+    try {
+      const clock = new ManualClock();
+      const shutdown = new NodeShutdownManager({
+        groups: shutdownGroups({ shutdownGracePeriod: '20s', shutdownGracePeriodCriticalPods: '8s' }),
+        rootDir: dir,
+        connect: () => Promise.reject(new Error('not used')),
+        setDesired: () => {},
+        podStatus: () => undefined,
+        logger: silentLogger(),
+        clock,
+      });
+      // The daemon's wiring: the facts' runtime state through the shutdown manager, its start waking the reporter.
+      const { api, r, events } = setup(undefined, new MemNodes(), clock, () => shutdown.runtimeState(ready));
+      shutdown.onShutdownStart(() => r.reportNow());
+      r.start();
+      await clock.whenSleeping();
+      expect(readyOf(api.nodes.get('n1'))).toMatchObject({ status: 'True', reason: 'KubeletReady' });
+      api.calls = [];
+      await clock.advance(3_000);
+      const t = clock.now();
+      const done = shutdown.processShutdown();
+      await clock.whenSleeping();
+      expect(clock.now()).toBe(t);
+      expect(api.calls).toEqual(['get', 'patch']);
+      const stamp = new Date(t).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      expect(readyOf(api.nodes.get('n1'))).toEqual({ type: 'Ready', status: 'False', reason: 'KubeletNotReady', message: 'node is shutting down', lastHeartbeatTime: stamp, lastTransitionTime: stamp });
+      expect(events.at(-1)).toBe('Node/n1 Normal NodeNotReady: Node n1 status is now: NodeNotReady');
+      await done;
+      await r.stop();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   describe('with a watch of its own Node', () => {

@@ -12,8 +12,10 @@ import pino from 'pino';
 import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Inhibitor, Logind } from '../../../src/node/shutdown-logind.js';
+import { Metrics } from '../../../src/metrics/kubelet.js';
 import { NodeShutdownManager, nodeShutdownFor } from '../../../src/node/shutdown-manager.js';
 import { shutdownGroups } from '../../../src/node/shutdown-plan.js';
+import { nodeConditions, type NodeFacts } from '../../../src/node/status.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
 import { VirtualClock } from '../../helpers/clock.js';
 
@@ -180,7 +182,8 @@ describe('NodeShutdownManager', () => {
     expect(m.runtimeState(RT)).toEqual(RT);
 
     fake.onEvent!(true);
-    expect(m.runtimeState(RT)).toMatchObject({ runtimeReady: false, message: 'node is shutting down' });
+    // The shutdown manager's error beside the runtime's state, untouched: Ready's message is `node is shutting down` (status.test.ts).
+    expect(m.runtimeState(RT)).toEqual({ ...RT, nodeShutdownError: 'node is shutting down' });
     await until(() => fake.held === 0, 'the inhibitor released');
     expect(rel(steps)).toEqual([
       [0, 'stop web (grace 12, Terminated)'],
@@ -323,6 +326,60 @@ describe('NodeShutdownManager', () => {
     await m.start();
     expect(lines.map((l) => l.msg)).toContain('last graceful node shutdown: started 2026-11-24T06:00:00.000Z, ended 2026-11-24T06:00:04.500Z (4.5 s)');
     await m.stop();
+  });
+
+  it('the Node is not ready while it shuts down, with the kubelet\'s message; listeners told first, before any pod stops', async () => {
+    const { m, pods } = build({ stopDelayMs: { web: 500 } });
+    m.setDesired([pod('web')]);
+    const told: [number, number, string | undefined][] = [];
+    const ready = (n: NodeShutdownManager) => nodeConditions({ runtime: n.runtimeState(RT), pressure: {} } as NodeFacts, undefined, 't').at(-1)!;
+    m.onShutdownStart(() => told.push([clock.now() - T0, pods.failedAt.size, ready(m).message]));
+    expect(ready(m)).toMatchObject({ status: 'True', reason: 'KubeletReady' });
+    const done = m.processShutdown();
+    // At once (the reporter's reportNow: the Ready=False goes out when the shutdown starts), already not ready, no pod stopped yet.
+    expect(told).toEqual([[0, 0, 'node is shutting down']]);
+    expect(ready(m)).toMatchObject({ status: 'False', reason: 'KubeletNotReady', message: 'node is shutting down' });
+    await done;
+    expect(told).toHaveLength(1);
+    expect(pods.failedAt.has('uid-web')).toBe(true);
+  });
+
+  it('kubelet_graceful_shutdown_{start,end}_time_seconds: the last shutdown read back at start, then the start (end 0) and the end of this one', async () => {
+    fs.writeFileSync(path.join(dir, 'graceful_node_shutdown_state'), '{"startTime":"2026-11-24T06:00:00Z","endTime":"2026-11-24T06:00:04.5Z"}');
+    const metrics = new Metrics({ processMetrics: false });
+    const pods = new FakePods(steps, clock, { web: 1500 });
+    const fake = new FakeLogind(steps, clock);
+    const gauges = () => metrics.render().split('\n').filter((l) => l.startsWith('kubelet_graceful_shutdown_'));
+    // What a scrape shows while the shutdown is under way: taken when the pod is handed over to be stopped.
+    let underWay: string[] | undefined;
+    const setDesired = (list: Pod[]) => {
+      if (!underWay && list.some((p) => p.status?.phase === 'Failed')) underWay = gauges();
+      pods.setDesired(list);
+    };
+    const m = nodeShutdownFor({ shutdownGracePeriod: '20s', shutdownGracePeriodCriticalPods: '8s' }, { rootDir: dir, connect: async () => fake, setDesired, podStatus: pods.podStatus, logger: logger(), clock, metrics });
+    expect(gauges()).toEqual(['kubelet_graceful_shutdown_start_time_seconds 0', 'kubelet_graceful_shutdown_end_time_seconds 0']);
+    await m.start();
+    expect(gauges()).toEqual([`kubelet_graceful_shutdown_start_time_seconds ${Date.UTC(2026, 10, 24, 6) / 1000}`, `kubelet_graceful_shutdown_end_time_seconds ${Date.UTC(2026, 10, 24, 6) / 1000 + 4.5}`]);
+    m.setDesired([pod('web')]);
+    await m.processShutdown();
+    // Under way: this shutdown's start, no end yet.
+    expect(underWay).toEqual([`kubelet_graceful_shutdown_start_time_seconds ${T0 / 1000}`, 'kubelet_graceful_shutdown_end_time_seconds 0']);
+    expect(stateFile()).toEqual({ startTime: '2026-11-24T07:00:00.000Z', endTime: '2026-11-24T07:00:01.600Z' });
+    expect(gauges()).toEqual([`kubelet_graceful_shutdown_start_time_seconds ${T0 / 1000}`, `kubelet_graceful_shutdown_end_time_seconds ${T0 / 1000 + 1.6}`]);
+    await m.stop();
+  });
+
+  it('the graceful shutdown gauges are registered with gates GracefulNodeShutdown and GracefulNodeShutdownBasedOnPodPriority, as the kubelet does', () => {
+    const registered = (featureGates: Record<string, boolean>, cfg: { shutdownGracePeriod?: string } = {}) => {
+      const metrics = new Metrics({ processMetrics: false });
+      nodeShutdownFor({ featureGates, ...cfg }, { rootDir: dir, setDesired: () => {}, podStatus: () => undefined, logger: logger(), clock, metrics });
+      return metrics.render().includes('kubelet_graceful_shutdown_start_time_seconds');
+    };
+    // The gates' defaults (both on): registered, even with no period (0 until a shutdown).
+    expect(registered({})).toBe(true);
+    expect(registered({}, { shutdownGracePeriod: '30s' })).toBe(true);
+    expect(registered({ GracefulNodeShutdownBasedOnPodPriority: false }, { shutdownGracePeriod: '30s' })).toBe(false);
+    expect(registered({ GracefulNodeShutdown: false }, { shutdownGracePeriod: '30s' })).toBe(false);
   });
 
   it('off: no logind, a line saying so, pods pass through', async () => {

@@ -1,6 +1,6 @@
 import type { NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import { nodeConditions, nodeStatus, readinessErrors, registrationNode, statusChanged, type NodeFacts } from '../../../src/node/status.js';
+import { nodeConditions, nodeStatus, readinessErrors, readinessMessage, registrationNode, statusChanged, type NodeFacts, type ReadinessState } from '../../../src/node/status.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
 
 const ready: RuntimeState = { runtimeReady: true, networkReady: true, reason: 'ContainerRuntimeReady', message: 'ok', runtimeName: 'containerd', runtimeVersion: '1.6.20~ds1' };
@@ -13,7 +13,7 @@ const noCni: RuntimeState = {
 };
 const down: RuntimeState = { runtimeReady: false, networkReady: false, reason: 'ContainerRuntimeDown', message: 'container runtime is down', lastError: 'connect ENOENT /run/containerd/containerd.sock' };
 
-function facts(runtime: RuntimeState): NodeFacts {
+function facts(runtime: ReadinessState): NodeFacts {
   return {
     nodeName: 'n1',
     hostname: 'n1.example',
@@ -53,6 +53,23 @@ describe('node conditions', () => {
     expect(r).toMatchObject({ type: 'Ready', status: 'False', reason: 'KubeletNotReady' });
     expect(r.message).toMatch(re);
     expect(readinessErrors(rt)).toHaveLength(1);
+  });
+
+  it('a node shutting down: Ready False, KubeletNotReady, with the kubelet\'s message alone (the runtime ready)', () => {
+    const shutting: ReadinessState = { ...ready, nodeShutdownError: 'node is shutting down' };
+    const r = nodeConditions(facts(shutting), undefined, 't0').at(-1)!;
+    expect(r).toEqual({ type: 'Ready', status: 'False', reason: 'KubeletNotReady', message: 'node is shutting down', lastHeartbeatTime: 't0', lastTransitionTime: 't0' });
+    // The shutdown ending (a cancelled one) makes the node Ready again.
+    expect(nodeConditions(facts(ready), [r], 't1').at(-1)).toMatchObject({ status: 'True', reason: 'KubeletReady', lastTransitionTime: 't1' });
+  });
+
+  it('several reasons: the kubelet\'s aggregate error, in its order (runtime, network, shutdown), bracketed, each once', () => {
+    const both: ReadinessState = { ...noCni, nodeShutdownError: 'node is shutting down' };
+    expect(nodeConditions(facts(both), undefined, 't0').at(-1)!.message).toBe(
+      '[container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized, node is shutting down]',
+    );
+    expect(readinessMessage(['a', 'b', 'a'])).toBe('[a, b]');
+    expect(readinessMessage(['a', 'a'])).toBe('a');
   });
 
   it('lastTransitionTime moves only when the status changes; lastHeartbeatTime on every report', () => {

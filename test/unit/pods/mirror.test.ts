@@ -1,8 +1,10 @@
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
+import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { MirrorPods, mirrorPodOf, planMirrorPods } from '../../../src/pods/mirror.js';
+import { MirrorPods, mirrorOwnerUid, mirrorPodOf, planMirrorPods } from '../../../src/pods/mirror.js';
 import { MemMirrorPodApi } from '../../fakes/mirror-pods.js';
+import { ManualClock } from '../../helpers/clock.js';
 
 const staticPod = (name: string, hash: string): Pod => ({
   metadata: {
@@ -45,10 +47,18 @@ describe('planMirrorPods', () => {
     { name: 'an orphaned mirror: delete', statics: [], api: [mirror('a', 'h1', 'm1')], create: [], remove: [['m1', 'its static pod is gone']], blocked: [] },
     { name: 'the name held by a regular pod: left alone, reported', statics: [staticPod('a', 'h1')], api: [regular('a')], create: [], remove: [], blocked: ['a-n1'] },
     { name: 'regular pods of the node are none of its business', statics: [], api: [regular('b')], create: [], remove: [], blocked: [] },
+    {
+      name: 'a current mirror owned by an earlier Node of this name (registered again since): delete (created again with the Node\'s UID)',
+      statics: [staticPod('a', 'h1')],
+      api: [{ ...mirror('a', 'h1', 'm1'), metadata: { ...mirror('a', 'h1', 'm1').metadata, ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: 'old-node-uid', controller: true }] } }],
+      create: [],
+      remove: [['m1', "it is owned by an earlier Node of this name (uid old-node-uid; the Node's uid is now node-uid)"]],
+      blocked: [],
+    },
   ];
   for (const c of cases) {
     it(c.name, () => {
-      const plan = planMirrorPods(c.statics, c.api);
+      const plan = planMirrorPods(c.statics, c.api, 'node-uid');
       expect(plan.create.map((p) => p.metadata!.name)).toEqual(c.create);
       expect(plan.remove.map((r) => [r.pod.metadata!.uid, r.why])).toEqual(c.remove);
       expect(plan.blocked.map((b) => b.pod.metadata!.name)).toEqual(c.blocked);
@@ -57,6 +67,92 @@ describe('planMirrorPods', () => {
 });
 
 describe('MirrorPods', () => {
+  it('follows the Node\'s UID: a Node deleted and registered again gets its mirror pods deleted and created again, owned by the new Node', async () => {
+    const api = new MemMirrorPodApi();
+    const clock = new ManualClock();
+    const first = api.objects.addNode('n1', 'node-uid-1');
+    const logs: string[] = [];
+    const logger = { ...silentLogger(), info: (_o: unknown, msg: string) => logs.push(msg) } as never;
+    const m = new MirrorPods({ api, nodeName: 'n1', logger, clock });
+    // The watch of this node's pods: what the API holds now.
+    const watch = () => m.setApiPods([...api.objects.pods.values()]);
+    m.setStaticPods([staticPod('a', 'h1')]);
+    watch();
+    await m.syncOnce();
+    watch();
+    await m.syncOnce();
+    const m1 = api.objects.pod('kube-system', 'a-n1')!;
+    expect(mirrorOwnerUid(m1)).toBe(first);
+    // The Node is deleted and the node status loop registers it again: a new UID. Nothing else changes.
+    api.objects.nodes.delete('n1');
+    const second = api.objects.addNode('n1', 'node-uid-2');
+    clock.t += 5_000;
+    await m.syncOnce();
+    expect(api.deleted).toEqual([]);
+    // Within nodeCheckMs (10 s) of the last look: the stale mirror is deleted (UID precondition) ...
+    clock.t += 5_000;
+    await m.syncOnce();
+    expect(api.deleted).toEqual([m1.metadata!.uid]);
+    expect(logs).toContain("mirror pod deleted: it is owned by an earlier Node of this name (uid node-uid-1; the Node's uid is now node-uid-2)");
+    // ... and, once the watch shows it gone, created again owned by the Node as it is now.
+    watch();
+    await m.syncOnce();
+    const m2 = api.objects.pod('kube-system', 'a-n1')!;
+    expect(m2.metadata!.uid).not.toBe(m1.metadata!.uid);
+    expect(m2.metadata!.ownerReferences).toEqual([{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: second, controller: true }]);
+    watch();
+    clock.t += 20_000;
+    await m.syncOnce();
+    expect(api.deleted).toHaveLength(1);
+  });
+
+  it('a mirror pod created again after the Node was registered again (the garbage collector deleted the old one) is owned by the new Node, not a remembered UID', async () => {
+    const api = new MemMirrorPodApi();
+    const clock = new ManualClock();
+    api.objects.addNode('n1', 'node-uid-1');
+    const m = new MirrorPods({ api, nodeName: 'n1', logger: silentLogger(), clock });
+    m.setStaticPods([staticPod('a', 'h1')]);
+    m.setApiPods([]);
+    await m.syncOnce();
+    expect(api.created.map((p) => mirrorOwnerUid(p))).toEqual(['node-uid-1']);
+    // A second later: Node registered again, the old mirror collected (its owner is gone); the watch shows it gone.
+    api.objects.nodes.delete('n1');
+    api.objects.addNode('n1', 'node-uid-2');
+    api.objects.pods.clear();
+    clock.t += 1_000;
+    m.setApiPods([]);
+    await m.syncOnce();
+    expect(api.created.map((p) => mirrorOwnerUid(p))).toEqual(['node-uid-1', 'node-uid-2']);
+  });
+
+  it('no answer about the Node: no mirror pod created with a remembered UID; created once the Node can be read', async () => {
+    const api = new MemMirrorPodApi();
+    const clock = new ManualClock();
+    api.objects.addNode('n1', 'node-uid-1');
+    let down = false;
+    const nodeUid = api.nodeUid.bind(api);
+    api.nodeUid = async (name) => {
+      if (down) throw new NodeletError('UNAVAILABLE', 'connection refused');
+      return nodeUid(name);
+    };
+    const m = new MirrorPods({ api, nodeName: 'n1', logger: silentLogger(), clock });
+    m.setStaticPods([staticPod('a', 'h1')]);
+    m.setApiPods([]);
+    await m.syncOnce();
+    api.objects.pods.clear();
+    api.objects.nodes.delete('n1');
+    api.objects.addNode('n1', 'node-uid-2');
+    down = true;
+    m.setApiPods([]);
+    clock.t += 1_000;
+    await m.syncOnce();
+    expect(api.created.map((p) => mirrorOwnerUid(p))).toEqual(['node-uid-1']);
+    down = false;
+    clock.t += 1_000;
+    await m.syncOnce();
+    expect(api.created.map((p) => mirrorOwnerUid(p))).toEqual(['node-uid-1', 'node-uid-2']);
+  });
+
   it('does nothing before the first API set, waits for the Node to exist, then creates the mirror', async () => {
     const api = new MemMirrorPodApi();
     const m = new MirrorPods({ api, nodeName: 'n1', logger: silentLogger() });
