@@ -47,11 +47,17 @@ describe('SignalReader', () => {
   it('memory from the root cgroup (capacity − (usage − inactive file)), nodefs and imagefs by statfs, PIDs', async () => {
     const f = fixture({ usage: `${3 * Gi}\n`, stat: `cache 1\ntotal_inactive_file ${1 * Gi}\n` });
     const r = new SignalReader({ rootDir: f.root, procDir: f.proc, cgroupMemoryDir: f.cg, logger: silentLogger() });
+    // The filesystem is shared with whatever else runs: the value measured must be one it had
+    // during the call, between a statfs just before and one just after.
+    const before = fs.statfsSync(f.root);
     const obs = await r.observe();
-    const st = fs.statfsSync(f.root);
+    const after = fs.statfsSync(f.root);
+    const between = (v: number | undefined, a: number, b: number) => expect(v).toSatisfy((x: number) => x >= Math.min(a, b) && x <= Math.max(a, b));
     expect(obs['memory.available']).toEqual({ available: 8 * Gi - 2 * Gi, capacity: 8 * Gi });
-    expect(obs['nodefs.available']).toEqual({ available: st.bavail * st.bsize, capacity: st.blocks * st.bsize });
-    expect(obs['nodefs.inodesFree']).toEqual({ available: st.ffree, capacity: st.files });
+    expect(obs['nodefs.available']!.capacity).toBe(after.blocks * after.bsize);
+    between(obs['nodefs.available']!.available, before.bavail * before.bsize, after.bavail * after.bsize);
+    expect(obs['nodefs.inodesFree']!.capacity).toBe(after.files);
+    between(obs['nodefs.inodesFree']!.available, before.ffree, after.ffree);
     // No ImageFsInfo: the root dir's filesystem.
     expect(obs['imagefs.available']).toEqual(obs['nodefs.available']);
     expect(obs['pid.available']).toEqual({ available: 32768 - 768, capacity: 32768 });
