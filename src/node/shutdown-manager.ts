@@ -30,6 +30,7 @@ import { nodeRef, noEvents, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import type { NodeShutdownMetrics } from '../metrics/kubelet.js';
 import type { RuntimeState } from '../runtime/health.js';
+import { Loop } from '../loop.js';
 import { writeFileAtomic } from '../system/root-dir.js';
 import type { Inhibitor, Logind } from './shutdown-logind.js';
 import {
@@ -91,11 +92,20 @@ export class NodeShutdownManager {
   #logind: Logind | undefined;
   #inhibitor: Inhibitor | undefined;
   #life = new AbortController();
-  #connecting: Promise<void> | undefined;
+  /** Connects to logind; after a lost connection or a failure, again after the backoff (retryMs). */
+  readonly #connector: Loop;
   #failures = 0;
 
   constructor(o: NodeShutdownOptions) {
     this.#o = { clock: realClock, events: noEvents, pollMs: 200, retryMs: [1000, 60_000], ...o };
+    const [first, max] = this.#o.retryMs;
+    this.#connector = new Loop({
+      name: 'logind',
+      clock: this.#o.clock,
+      logger: this.#log,
+      turn: (signal) => this.#connectTurn(signal),
+      delayMs: () => (this.#failures === 0 ? first : Math.min(max, first * 2 ** (this.#failures - 1))),
+    });
   }
 
   get enabled(): boolean {
@@ -189,7 +199,7 @@ export class NodeShutdownManager {
       return;
     }
     this.#log.info({ groups: this.#o.groups, periodRequestedSeconds: periodRequestedSeconds(this.#o.groups) }, 'graceful node shutdown: taking a logind delay inhibitor');
-    this.#connecting = this.#connectLoop();
+    this.#connector.start(this.#life.signal);
   }
 
   async #readState(): Promise<void> {
@@ -226,30 +236,25 @@ export class NodeShutdownManager {
     }
   }
 
-  /** Connects, and reconnects when the connection is lost, until stopped. */
-  async #connectLoop(): Promise<void> {
-    const signal = this.#life.signal;
-    while (!signal.aborted) {
-      let lost!: (why: string) => void;
-      const lostP = new Promise<string>((r) => (lost = r));
-      try {
-        await this.#connectOnce(lost);
-        if (this.#failures > 0) this.#log.info('systemd-logind reachable again: graceful node shutdown is on');
-        this.#failures = 0;
-        const why = await Promise.race([lostP, new Promise<string>((r) => (signal.aborted ? r('') : signal.addEventListener('abort', () => r(''), { once: true })))]);
-        if (signal.aborted) return;
-        this.#log.warn({ err: why }, `lost the connection to systemd-logind (${why}); reconnecting`);
-        this.#closeBus();
-      } catch (err) {
-        this.#closeBus();
-        if (signal.aborted) return;
-        const msg = errorMessage(err);
-        if (this.#failures === 0) this.#log.warn({ err: msg }, `graceful node shutdown is unavailable: ${msg}; nodelet runs without it (a node shutdown will not stop pods first) and tries again in the background`);
-        else this.#log.debug({ err: msg, failures: this.#failures }, 'systemd-logind still unreachable');
-        this.#failures++;
-      }
-      const [first, max] = this.#o.retryMs;
-      await this.#o.clock.sleep(this.#failures === 0 ? first : Math.min(max, first * 2 ** (this.#failures - 1)), signal).catch(() => undefined);
+  /** One connection: made, then held until it is lost (or the manager stops). Never throws. */
+  async #connectTurn(signal: AbortSignal): Promise<void> {
+    let lost!: (why: string) => void;
+    const lostP = new Promise<string>((r) => (lost = r));
+    try {
+      await this.#connectOnce(lost);
+      if (this.#failures > 0) this.#log.info('systemd-logind reachable again: graceful node shutdown is on');
+      this.#failures = 0;
+      const why = await Promise.race([lostP, new Promise<string>((r) => (signal.aborted ? r('') : signal.addEventListener('abort', () => r(''), { once: true })))]);
+      if (signal.aborted) return;
+      this.#log.warn({ err: why }, `lost the connection to systemd-logind (${why}); reconnecting`);
+      this.#closeBus();
+    } catch (err) {
+      this.#closeBus();
+      if (signal.aborted) return;
+      const msg = errorMessage(err);
+      if (this.#failures === 0) this.#log.warn({ err: msg }, `graceful node shutdown is unavailable: ${msg}; nodelet runs without it (a node shutdown will not stop pods first) and tries again in the background`);
+      else this.#log.debug({ err: msg, failures: this.#failures }, 'systemd-logind still unreachable');
+      this.#failures++;
     }
   }
 
@@ -372,7 +377,7 @@ export class NodeShutdownManager {
   /** Stops watching, releases the inhibitor, waits for a shutdown in progress (bounded by the caller). */
   async stop(): Promise<void> {
     this.#life.abort();
-    await this.#connecting?.catch(() => undefined);
+    await this.#connector.stop();
     await this.#processing;
     this.#closeBus();
     await this.#inhibitor?.release().catch(() => undefined);

@@ -139,9 +139,9 @@ const T0 = Date.UTC(2026, 10, 24, 7, 0, 0);
 const rel = (s: Step[]) => s.map(([t, what]) => [t - T0, what]);
 const stateFile = () => JSON.parse(fs.readFileSync(path.join(dir, 'graceful_node_shutdown_state'), 'utf8')) as { startTime: string; endTime: string };
 
-/** Waits (real time, bounded: the state file is real IO) until the condition holds. */
+/** Waits until the condition holds: event-loop turns (the state file is real IO), no timer, bounded. */
 async function until(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  for (let i = 0; i < 100_000 && !cond(); i++) await new Promise((r) => setImmediate(r));
   if (!cond()) throw new Error(`never: ${what}`);
 }
 
