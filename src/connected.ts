@@ -49,7 +49,12 @@ export interface ModeContext {
   /** The pod sources: connected mode feeds the `api` source. */
   sources: PodSources;
   /** The pod manager's view: a pod's status, and whether it is still in the runtime. */
-  pods: { podStatus(uid: string): PodStatus | undefined; active(uid: string): boolean };
+  pods: {
+    podStatus(uid: string): PodStatus | undefined;
+    active(uid: string): boolean;
+    /** Registers the one listener told when a pod's status changed or it left the runtime (the pod manager's onStatusChange). */
+    onStatusChange?(listener: (uid: string) => void): void;
+  };
   /** The runtime's last known state, for the Node's Ready condition. */
   runtimeState: () => RuntimeState;
   /** The Node's pod CIDR(s), comma-separated, for the runtime (called on every report; the receiver sends changes only). */
@@ -171,6 +176,8 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
         clock,
         logger: log.child({ component: 'pod-status' }),
       });
+      // A changed status is written at once; the writer's 1 s comparison stays as the backstop.
+      ctx.pods.onStatusChange?.(() => statusWriter.statusChanged());
       const lease = new LeaseRenewer({
         api: cp.leases,
         nodeName: identity.nodeName,

@@ -309,7 +309,10 @@ export class Daemon {
     });
     // Connected: pod and node events go to the control plane (best effort, never blocking).
     const mode = this.#deps.mode;
+    // Connected: a changed pod status wakes the status writer (its listener is registered by the mode's services below).
+    let podStatusChanged: (uid: string) => void = () => {};
     const pods = new PodManager({
+      onStatusChange: (uid) => podStatusChanged(uid),
       runtime: podRuntime,
       events: mode.events,
       logger: log.child({ component: 'pods' }),
@@ -373,7 +376,7 @@ export class Daemon {
     services.push(
       ...mode.services({
         sources,
-        pods: { podStatus: (uid) => shutdown.statusOf(uid, pods.podStatus(uid)), active: (uid) => pods.active(uid) },
+        pods: { podStatus: (uid) => shutdown.statusOf(uid, pods.podStatus(uid)), active: (uid) => pods.active(uid), onStatusChange: (fn) => (podStatusChanged = fn) },
         runtimeState: () => shutdown.runtimeState(health.state()),
         rootDir: flags.rootDir,
         imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),

@@ -15,6 +15,11 @@
  * `<root-dir>/pods/<uid>/etc-hosts` at each container creation and mounted at /etc/hosts
  * (not in a container that mounts its own). The sandbox's DNS follows dnsPolicy (dns.ts)
  * over the host's resolvConf, read bounded and never from anything but a regular file.
+ *
+ * Termination messages (termination-message.ts): each container instance gets an empty
+ * file under `<root-dir>/pods/<uid>/containers/<name>/` mounted at its
+ * `terminationMessagePath`; an exited container's message is read back once, when its
+ * exited ContainerStatus is first seen, from the host path of that mount.
  */
 import { constants as fsc } from 'node:fs';
 import fs from 'node:fs/promises';
@@ -30,6 +35,8 @@ import {
   ANN_CONTAINER_HASH,
   ANN_GRACE_PERIOD,
   ANN_RESTART_COUNT,
+  ANN_TERMINATION_MESSAGE_PATH,
+  ANN_TERMINATION_MESSAGE_POLICY,
   LABEL_CONTAINER_NAME,
   LABEL_NODELET_NODE,
   LABEL_POD_NAME,
@@ -49,6 +56,7 @@ import type { ImagePullRecords } from '../system/root-dir.js';
 import { containerResources, podResourceInfo, type AllocationRecords } from './allocation.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from './log-symlinks.js';
+import { createTerminationLogFile, DEFAULT_TERMINATION_MESSAGE_PATH, terminationMessage } from './termination-message.js';
 
 export interface CriPodRuntimeOptions {
   cri: CriClient;
@@ -131,6 +139,12 @@ function ignoreNotFound(err: unknown): void {
 }
 
 type CriContainerStatus = Awaited<ReturnType<CriClient['containerStatus']>>;
+/** A ContainerStatus answer with the message nodelet shows for it (an exited container's includes its termination message). */
+interface KnownStatus {
+  listed: ContainerState;
+  st: CriContainerStatus;
+  message: string;
+}
 
 export class CriPodRuntime implements PodRuntime {
   readonly #o: CriPodRuntimeOptions;
@@ -140,8 +154,9 @@ export class CriPodRuntime implements PodRuntime {
    * they were read. What ContainerStatus adds (start and finish times, exit code, reason)
    * does not change while the state stays the same, so a relist asks only about containers
    * that are new or changed state: the kubelet's PLEG idea, on ListContainers' states.
+   * An exited container's termination message is read once, with its exited status.
    */
-  readonly #statuses = new Map<string, { listed: ContainerState; st: CriContainerStatus }>();
+  readonly #statuses = new Map<string, KnownStatus>();
   /** A ready sandbox's IPs do not change for its life: asked once (PodSandboxStatus), forgotten with it. */
   readonly #sandboxIPs = new Map<string, string[]>();
   readonly #log: Logger;
@@ -246,8 +261,9 @@ export class CriPodRuntime implements PodRuntime {
     for (const c of list) {
       // Exit code, start/finish times and reason are only in ContainerStatus (cached while the state holds).
       const cached = this.#statuses.get(c.id);
-      const st = cached && cached.listed === c.state ? cached.st : await this.#containerStatus(c.id, c.state);
-      if (!st) continue;
+      const known = cached && cached.listed === c.state ? cached : await this.#containerStatus(c.id, c.state);
+      if (!known) continue;
+      const { st, message } = known;
       containers.push({
         id: c.id,
         name: c.labels[LABEL_CONTAINER_NAME] ?? c.metadata.name,
@@ -263,7 +279,7 @@ export class CriPodRuntime implements PodRuntime {
         ...(nsToMs(st.finishedAt) !== undefined ? { finishedAt: nsToMs(st.finishedAt)! } : {}),
         ...(st.state === 'CONTAINER_EXITED' ? { exitCode: st.exitCode } : {}),
         ...(st.reason ? { reason: st.reason } : {}),
-        ...(st.message ? { message: st.message } : {}),
+        ...(message ? { message } : {}),
       });
     }
     const labels = sandboxes[0]?.labels ?? list[0]?.labels ?? {};
@@ -286,17 +302,35 @@ export class CriPodRuntime implements PodRuntime {
     };
   }
 
-  async #containerStatus(id: string, listed: ContainerState): Promise<CriContainerStatus | undefined> {
+  async #containerStatus(id: string, listed: ContainerState): Promise<KnownStatus | undefined> {
     const cached = this.#statuses.get(id);
-    if (cached && cached.listed === listed) return cached.st;
+    if (cached && cached.listed === listed) return cached;
     const st = await this.#o.cri.containerStatus(id).catch((err) => {
       ignoreNotFound(err);
       return undefined; // removed between list and status
     });
+    if (!st) {
+      this.#statuses.delete(id);
+      return undefined;
+    }
+    const known: KnownStatus = { listed, st, message: st.state === 'CONTAINER_EXITED' ? await this.#terminationMessage(st) : st.message };
     // Kept only when both calls agree on the state (not caught mid-transition) and it is a known one.
-    if (st && st.state === listed && listed !== 'CONTAINER_UNKNOWN') this.#statuses.set(id, { listed, st });
+    if (st.state === listed && listed !== 'CONTAINER_UNKNOWN') this.#statuses.set(id, known);
     else this.#statuses.delete(id);
-    return st;
+    return known;
+  }
+
+  /** An exited container's message: the runtime's, then its termination-log file or its log's end (termination-message.ts). */
+  #terminationMessage(st: CriContainerStatus): Promise<string> {
+    return terminationMessage({
+      exitCode: st.exitCode,
+      reason: st.reason,
+      message: st.message,
+      terminationMessagePath: st.annotations[ANN_TERMINATION_MESSAGE_PATH],
+      terminationMessagePolicy: st.annotations[ANN_TERMINATION_MESSAGE_POLICY],
+      mounts: st.mounts ?? [],
+      logPath: st.logPath,
+    });
   }
 
   async runSandbox(pod: Pod, attempt: number): Promise<string> {
@@ -384,6 +418,15 @@ export class CriPodRuntime implements PodRuntime {
       }
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
+    }
+    // The termination-log file, new for each instance, as the kubelet's (which, too, runs the container without it when it cannot be made).
+    const messagePath = container.terminationMessagePath ?? DEFAULT_TERMINATION_MESSAGE_PATH;
+    if (messagePath !== '') {
+      try {
+        config.mounts.push({ containerPath: messagePath, hostPath: await createTerminationLogFile(this.#o.rootDir, pod.metadata?.uid ?? '', container.name), readonly: false });
+      } catch (err) {
+        this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, container: container.name, err: errorMessage(err) }, `cannot create the termination-log file of container ${container.name}: ${errorMessage(err)}`);
+      }
     }
     let sandboxCfg: PodSandboxConfig;
     try {

@@ -20,7 +20,7 @@ import { computePodActions, type Waiting } from './plan.js';
 import { finishedInApi } from './sources.js';
 import type { PodRuntime } from './runtime-port.js';
 import { ProbeManager } from './probes.js';
-import { computePodStatus } from './status.js';
+import { computePodStatus, sameJson } from './status.js';
 import { addProbeKills, collectGarbage, ensureSandbox, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
 import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from '../metrics/pod-hooks.js';
@@ -47,6 +47,13 @@ export interface PodManagerOptions {
    * ended, or its last sync acted or failed.
    */
   syncFrequencyMs?: number;
+  /**
+   * Told, with the pod's UID, when what the status writer reads of a pod changed: a sync
+   * computed a status that differs from the last one, or the pod left the runtime (no longer
+   * `active`). Called synchronously after the change; connected mode wakes the status writer
+   * with it, so a change reaches the API at once, as the kubelet's status manager sends it.
+   */
+  onStatusChange?: (uid: string) => void;
 }
 
 /** How often the directories pods left on the node are looked for (the kubelet's housekeeping runs every 2 s; a directory listing every 10 s is plenty). */
@@ -89,7 +96,7 @@ export class PodManager {
   readonly #syncedSeq = new WeakMap<PodWorker, number>();
 
   constructor(o: PodManagerOptions) {
-    this.#o = { clock: realClock, relistMs: 1000, syncFrequencyMs: 60_000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, ...o };
+    this.#o = { clock: realClock, relistMs: 1000, syncFrequencyMs: 60_000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, onStatusChange: () => {}, ...o };
     this.#o.runtime = countingPodRuntime(this.#o.runtime, this.#o.metrics);
     this.#probes = new ProbeManager({
       exec: this.#exec,
@@ -370,7 +377,7 @@ export class PodManager {
       const msg = errorMessage(err);
       const quiet = err instanceof NodeletError && err.details.quiet === true;
       if (!quiet && w.status?.message !== msg) ctx.log.warn({ err: msg }, `pod sync failed: ${msg}`);
-      w.status = { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus;
+      this.#setStatus(w, { ...(w.status ?? { phase: 'Pending' }), message: msg, reason: 'SyncError' } as PodStatus);
       // A failed sync is tried again at the next relist, as before (its steps keep their own backoffs).
       w.needsSync = true;
     }
@@ -403,7 +410,22 @@ export class PodManager {
       this.#o.metrics.podStartDuration((ctx.clock.now() - seen) / 1000);
       this.#firstSeen.delete(pod.metadata!.uid!);
     }
+    this.#setStatus(w, status);
+  }
+
+  /** Keeps a pod's new status; one that differs from the last is told to onStatusChange. */
+  #setStatus(w: PodWorker, status: PodStatus): void {
+    const changed = !w.status || !sameJson(status, w.status);
     w.status = status;
+    if (changed) this.#statusChanged(w.pod.metadata!.uid!);
+  }
+
+  #statusChanged(uid: string): void {
+    try {
+      this.#o.onStatusChange(uid);
+    } catch (err) {
+      this.#log.error({ uid, err: errorMessage(err) }, `status change listener failed: ${errorMessage(err)}`);
+    }
   }
 
   readonly #exec = (id: string, cmd: string[], timeout: number) => this.#o.runtime.execSync(id, cmd, timeout);
@@ -425,6 +447,8 @@ export class PodManager {
       this.#workers.delete(uid);
       const failed = this.#removals.get(uid);
       this.#removals.delete(uid);
+      // No longer active: the status writer may finish the pod's deletion in the API now.
+      this.#statusChanged(uid);
       ctx.log.info(failed ? { failedAttempts: failed.failures } : {}, failed ? `pod removed from the runtime after ${failed.failures} failed attempts` : 'pod removed from the runtime');
     } catch (err) {
       const message = errorMessage(err);

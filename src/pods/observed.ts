@@ -25,6 +25,7 @@ export interface ObservedContainer {
   finishedAt?: number;
   exitCode?: number;
   reason?: string;
+  /** The runtime's message; for an exited container, followed by its termination message (termination-message.ts). */
   message?: string;
 }
 

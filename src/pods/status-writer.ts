@@ -2,8 +2,11 @@
  * Connected mode: the statuses of the control plane's pods go back to it (the kubelet's
  * status manager), and a pod deleted there is removed for good once its containers are gone.
  *
- * Each turn compares the status the pod manager computed with the last one written and
- * patches `pods/<name>/status` when it changed: a strategic merge patch, so conditions merge
+ * A turn runs as soon as the pod manager has a changed status (`statusChanged()`, as the
+ * kubelet's status manager sends a changed status at once; changes told while a turn runs
+ * coalesce into one more turn), and every `periodMs` (1 s) as a backstop. Each turn
+ * compares the status the pod manager computed with the last one written and patches
+ * `pods/<name>/status` when it changed: a strategic merge patch, so conditions merge
  * by type and those of other writers (PodScheduled from the scheduler) stay; top-level
  * fields nodelet wrote before and no longer has are cleared with null. The pod's UID goes
  * in the patch, so a pod recreated under the same name is never given the old one's status.
@@ -19,6 +22,9 @@ import type { Logger } from '../log.js';
 import { LoopOwner } from '../loop.js';
 import { podKey } from './manager.js';
 import { isMirrorPod } from './mirror.js';
+import { sameJson } from './status.js';
+
+export { sameJson };
 
 export interface PodStatusApi {
   /** Strategic merge patch of `pods/<name>/status` with `{metadata: {uid}, status}`. */
@@ -40,7 +46,7 @@ export interface PodStatusWriterOptions {
   pods: PodStatusSource;
   logger: Logger;
   clock?: Clock;
-  /** How often statuses are compared (default 1 s: a comparison of strings, no request unless changed). */
+  /** How often statuses are compared besides the turns statusChanged() asks for (default 1 s: a comparison, no request unless changed). */
   periodMs?: number;
 }
 
@@ -69,6 +75,14 @@ export class PodStatusWriter extends LoopOwner {
   /** The control plane's full set of this node's pods (from the reflector). */
   setApiPods(pods: Pod[]): void {
     this.#apiPods = pods;
+  }
+
+  /**
+   * The pod manager has a changed status (or a pod left the runtime): a turn runs now, or
+   * right after the one in flight. Any number of calls before that turn starts make one turn.
+   */
+  statusChanged(): void {
+    this.wake();
   }
 
   /** One turn: write changed statuses, finish deletions. Never throws. */
@@ -136,41 +150,4 @@ export class PodStatusWriter extends LoopOwner {
     this.#failures.set(uid, msg);
     this.#o.logger.warn({ pod: podKey(pod), uid }, `${msg}; will retry`);
   }
-}
-
-/**
- * Whether `a` serializes to the same JSON as `b` (a plain JSON value, parsed from JSON), key
- * order aside: undefined members and functions count as absent, as JSON.stringify drops
- * them. Walks both without building strings.
- */
-export function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') {
-    // JSON.stringify writes NaN and the infinities as null.
-    if (typeof a === 'number' && !Number.isFinite(a)) return b === null;
-    return false;
-  }
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false;
-    for (let i = 0; i < a.length; i++) {
-      const x = a[i] === undefined || typeof a[i] === 'function' ? null : a[i];
-      if (!sameJson(x, b[i])) return false;
-    }
-    return true;
-  }
-  if (Array.isArray(b)) return false;
-  if (typeof (a as { toJSON?: unknown }).toJSON === 'function') return sameJson(JSON.parse(JSON.stringify(a)), b);
-  const ao = a as Record<string, unknown>;
-  const bo = b as Record<string, unknown>;
-  let n = 0;
-  for (const k in ao) {
-    if (!Object.prototype.hasOwnProperty.call(ao, k)) continue;
-    const v = ao[k];
-    if (v === undefined || typeof v === 'function') continue;
-    n++;
-    if (!Object.prototype.hasOwnProperty.call(bo, k) || !sameJson(v, bo[k])) return false;
-  }
-  let m = 0;
-  for (const k in bo) if (Object.prototype.hasOwnProperty.call(bo, k)) m++;
-  return n === m;
 }

@@ -6,6 +6,7 @@
 import type { ContainerState, ContainerStatus, Pod, PodCondition, PodStatus } from 'kubernetes-types/core/v1.js';
 import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
 import { restartPolicy, type Waiting } from './plan.js';
+import { limitTerminationMessages } from './termination-message.js';
 
 export interface StatusInputs {
   pod: Pod;
@@ -105,7 +106,8 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
   };
   const notReady = appStatuses.filter((s) => !s.ready).map((s) => s.name);
   const startTime = inp.previous?.startTime ?? iso(now);
-  return {
+  // Terminated states' messages within the pod's 12 KiB, as the kubelet's status manager cuts them.
+  return limitTerminationMessages(pod, {
     phase,
     conditions: [
       cond('PodReadyToStartContainers', !!sb?.ready),
@@ -120,7 +122,7 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
     ...(initStatuses.length ? { initContainerStatuses: initStatuses } : {}),
     containerStatuses: appStatuses,
     qosClass: qosClass(pod),
-  };
+  });
 }
 
 /**
@@ -179,3 +181,45 @@ export function qosClass(pod: Pod): string {
   if (!any) return 'BestEffort';
   return guaranteed ? 'Guaranteed' : 'Burstable';
 }
+
+/**
+ * Whether `a` and `b` serialize to the same JSON, key order aside: undefined members and
+ * functions count as absent, as JSON.stringify drops them (on either side, so two statuses
+ * just computed compare as well as one against a copy parsed from JSON). Walks both without
+ * building strings.
+ */
+export function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') {
+    // JSON.stringify writes NaN and the infinities as null.
+    if (typeof a === 'number' && !Number.isFinite(a)) return b === null || (typeof b === 'number' && !Number.isFinite(b));
+    if (typeof b === 'number' && !Number.isFinite(b)) return a === null;
+    return false;
+  }
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameJson(inArray(a[i]), inArray(b[i]))) return false;
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  if (typeof (a as { toJSON?: unknown }).toJSON === 'function') return sameJson(JSON.parse(JSON.stringify(a)), b);
+  if (typeof (b as { toJSON?: unknown }).toJSON === 'function') return sameJson(a, JSON.parse(JSON.stringify(b)));
+  const ao = a as Record<string, unknown>;
+  const bo = b as Record<string, unknown>;
+  let n = 0;
+  for (const k in ao) {
+    if (!Object.prototype.hasOwnProperty.call(ao, k)) continue;
+    const v = ao[k];
+    if (absent(v)) continue;
+    n++;
+    if (!Object.prototype.hasOwnProperty.call(bo, k) || !sameJson(v, bo[k])) return false;
+  }
+  let m = 0;
+  for (const k in bo) if (Object.prototype.hasOwnProperty.call(bo, k) && !absent(bo[k])) m++;
+  return n === m;
+}
+
+/** What JSON.stringify leaves out of an object. */
+const absent = (v: unknown): boolean => v === undefined || typeof v === 'function';
+/** What JSON.stringify writes for an array element it cannot write. */
+const inArray = (v: unknown): unknown => (absent(v) ? null : v);

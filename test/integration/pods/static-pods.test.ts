@@ -187,6 +187,42 @@ describe('static pods on containerd', () => {
     expect((await runtimeContainers(done.metadata!.uid!)).length).toBe(1);
   });
 
+  it('termination messages on containerd: what the container wrote at its terminationMessagePath, or with FallbackToLogsOnError and nothing written, its last log lines', async () => {
+    node.writeManifest('bye.yaml', busyboxPod('bye', 'echo bye > /dev/termination-log; exit 3', { restartPolicy: 'Never' }));
+    node.writeManifest(
+      'fallback.yaml',
+      // stdout and stderr are copied into the log separately: the pause puts the stderr line after every stdout line in the file.
+      busyboxPod('fallback', 'i=1; while [ $i -le 100 ]; do echo line-$i; i=$((i+1)); done; sleep 1; echo oops >&2; exit 2', { restartPolicy: 'Never', container: { terminationMessagePolicy: 'FallbackToLogsOnError' } }),
+    );
+    // The kubelet's conformance case: a non-root user at a non-default path (the file is 0666).
+    node.writeManifest('nonroot.yaml', busyboxPod('nonroot', 'echo from-uid-$(id -u) > /tmp/msg', { restartPolicy: 'Never', container: { terminationMessagePath: '/tmp/msg', securityContext: { runAsUser: 1000 } } }));
+    const finished = (name: string, phase: string) =>
+      eventually(async () => {
+        const p = await node.pod(name);
+        return p?.status?.phase === phase ? p : undefined;
+      }, 30_000);
+
+    const bye = await finished('bye', 'Failed');
+    expect(bye.status!.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 3, reason: 'Error', message: 'bye\n' });
+    // The file the message came from: pods/<uid>/containers/<name>/<8 hex digits>, mode 0666.
+    const byeDir = path.join(node.rootDir, 'pods', bye.metadata!.uid!, 'containers', 'main');
+    const files = fs.readdirSync(byeDir);
+    expect(files).toEqual([expect.stringMatching(/^[0-9a-f]{8}$/)]);
+    expect(fs.readFileSync(path.join(byeDir, files[0]!), 'utf8')).toBe('bye\n');
+    expect(fs.statSync(path.join(byeDir, files[0]!)).mode & 0o777).toBe(0o666);
+
+    const fb = await finished('fallback', 'Failed');
+    const lastLines = `${Array.from({ length: 79 }, (_, i) => `line-${i + 22}`).join('\n')}\noops\n`;
+    expect(fb.status!.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 2, reason: 'Error', message: lastLines });
+
+    const nonroot = await finished('nonroot', 'Succeeded');
+    expect(nonroot.status!.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 0, message: 'from-uid-1000\n' });
+
+    // The files go with the pod.
+    fs.rmSync(path.join(node.manifests, 'bye.yaml'));
+    await eventually(() => !fs.existsSync(path.join(node.rootDir, 'pods', bye.metadata!.uid!)), 30_000);
+  });
+
   it('probes on containerd: an httpGet readiness probe makes the container ready; a failing exec liveness probe restarts it', async () => {
     const port = await freePort();
     node.writeManifest(

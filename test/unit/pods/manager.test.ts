@@ -531,3 +531,49 @@ describe('PodManager: when a pod syncs (the kubelet\'s triggers, not every relis
     expect(await relists(60)).toBe(2);
   });
 });
+
+describe('PodManager: status changes told at once (what wakes the status writer)', () => {
+  it('tells each changed status once, after the sync that computed it, never a status unchanged, and a pod that left the runtime', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const told: { uid: string; phase: string | undefined }[] = [];
+    // The listener reads the status as the writer would: the new one is already in place.
+    const m: PodManager = new PodManager({ runtime: rt, logger: silentLogger(), clock, onStatusChange: (uid) => told.push({ uid, phase: m.podStatus(uid)?.phase }) });
+    m.setSourcesReady();
+    m.setDesired([mkPod('u1', 'Never')]);
+    await m.syncOnce();
+    expect(told).toEqual([{ uid: 'u1', phase: 'Running' }]);
+    // Relists and syncs that find the same status (the look after a sync that acted, the periodic resync) tell nothing.
+    for (let i = 0; i < 3; i++) {
+      clock.t += 1000;
+      await m.syncOnce();
+    }
+    clock.t += 61_000;
+    await m.syncOnce();
+    expect(told).toHaveLength(1);
+    // The container exits: its new status is told once.
+    rt.exit('app', 3);
+    clock.t += 1000;
+    await m.syncOnce();
+    clock.t += 1000;
+    await m.syncOnce();
+    expect(told).toEqual([
+      { uid: 'u1', phase: 'Running' },
+      { uid: 'u1', phase: 'Failed' },
+    ]);
+    // Removed: once the pod is out of the runtime (no longer active), that is told too.
+    m.setDesired([]);
+    await m.syncOnce();
+    expect(m.active('u1')).toBe(false);
+    expect(told.at(-1)).toEqual({ uid: 'u1', phase: undefined });
+    expect(told).toHaveLength(3);
+  });
+
+  it('a listener that throws does not break the sync', async () => {
+    const { rt, clock } = setup();
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, onStatusChange: () => { throw new Error('boom'); } });
+    m.setDesired([mkPod('u1')]);
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+  });
+});

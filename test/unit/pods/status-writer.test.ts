@@ -4,6 +4,7 @@ import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { PodStatusWriter, sameJson } from '../../../src/pods/status-writer.js';
 import { MemPodStatusApi } from '../../fakes/pod-status.js';
+import { settle, VirtualClock } from '../../helpers/clock.js';
 
 const pod = (uid: string, extra: Partial<Pod['metadata']> = {}, phase?: string): Pod => ({
   metadata: { name: `p-${uid}`, namespace: 'default', uid, ...extra },
@@ -11,17 +12,23 @@ const pod = (uid: string, extra: Partial<Pod['metadata']> = {}, phase?: string):
   ...(phase ? { status: { phase } } : {}),
 });
 
-function setup() {
+function setup(clock?: VirtualClock) {
   const api = new MemPodStatusApi();
   const statuses = new Map<string, PodStatus>();
   const active = new Set<string>();
-  const w = new PodStatusWriter({ api, pods: { statusOf: (p) => statuses.get(p.metadata!.uid!), active: (p) => active.has(p.metadata!.uid!) }, logger: silentLogger() });
+  /** How many times the writer read a status (one per API pod per turn). */
+  const reads = { n: 0 };
+  const statusOf = (p: Pod) => {
+    reads.n++;
+    return statuses.get(p.metadata!.uid!);
+  };
+  const w = new PodStatusWriter({ api, pods: { statusOf, active: (p) => active.has(p.metadata!.uid!) }, logger: silentLogger(), ...(clock ? { clock } : {}) });
   /** The API's pods, as the writer is told of them (the reflector's view) and as stored in the API (where it writes). */
   const setApiPods = (pods: Pod[]) => {
     for (const p of pods) if (!api.objects.pod(p.metadata!.namespace!, p.metadata!.name!)) api.objects.createPod(p);
     w.setApiPods(pods);
   };
-  return { api, statuses, active, w, setApiPods };
+  return { api, statuses, active, w, setApiPods, reads };
 }
 
 const running: PodStatus = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }], containerStatuses: [{ name: 'app', ready: true, restartCount: 0, image: 'busybox', imageID: '' }] };
@@ -100,6 +107,76 @@ describe('PodStatusWriter', () => {
     expect(api.deletes).toEqual([]);
   });
 
+  it('writes a changed status as soon as the manager tells of it, without waiting for the period; several changes make one turn', async () => {
+    const clock = new VirtualClock();
+    const { api, statuses, w, setApiPods, reads } = setup(clock);
+    setApiPods([pod('u1'), pod('u2')]);
+    statuses.set('u1', { phase: 'Pending' });
+    statuses.set('u2', { phase: 'Pending' });
+    w.start();
+    try {
+      await clock.whenSleeping();
+      await settle();
+      expect(api.patches).toHaveLength(2); // the first turn, at once
+      expect(clock.sleeps).toEqual([1000]);
+      const t0 = clock.now();
+      const readsBefore = reads.n;
+      // Both pods' containers run: the manager tells of each change, in the same tick.
+      statuses.set('u1', running);
+      w.statusChanged();
+      statuses.set('u2', running);
+      w.statusChanged();
+      w.statusChanged();
+      await settle();
+      await settle();
+      expect(clock.now()).toBe(t0); // no virtual time went by
+      expect(api.patches.slice(2).map((p) => [p.uid, p.status.phase])).toEqual([
+        ['u1', 'Running'],
+        ['u2', 'Running'],
+      ]);
+      expect(reads.n - readsBefore).toBe(2); // one turn: each pod read once
+      expect(clock.sleeps).toEqual([1000, 1000]); // and it sleeps its period again
+      // The period stays as the backstop: a change nobody told of is written within 1 s.
+      statuses.set('u1', { phase: 'Succeeded' });
+      await settle();
+      expect(api.patches).toHaveLength(4);
+      await clock.advance(1000);
+      expect(api.patches).toHaveLength(5);
+      expect(api.patches[4]!.status.phase).toBe('Succeeded');
+    } finally {
+      await w.stop();
+    }
+  });
+
+  it('a change told while a turn is writing makes one more turn right after it', async () => {
+    const clock = new VirtualClock();
+    const { api, statuses, w, setApiPods } = setup(clock);
+    setApiPods([pod('u1')]);
+    statuses.set('u1', { phase: 'Pending' });
+    // The first write waits until the test lets it through.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const patch = api.patchPodStatus.bind(api);
+    api.patchPodStatus = async (...a) => {
+      await gate;
+      return patch(...a);
+    };
+    w.start();
+    try {
+      await settle();
+      statuses.set('u1', running);
+      w.statusChanged();
+      release();
+      await clock.whenSleeping();
+      await settle();
+      await settle();
+      expect(clock.now()).toBe(Date.UTC(2026, 10, 23, 2, 0, 0));
+      expect(api.patches.map((p) => p.status.phase)).toEqual(['Pending', 'Running']);
+    } finally {
+      await w.stop();
+    }
+  });
+
   it('forgets a pod that left the API: the same UID back later is written again', async () => {
     const { api, statuses, w, setApiPods } = setup();
     statuses.set('u1', running);
@@ -124,5 +201,10 @@ describe('sameJson', () => {
     expect(sameJson({ phase: 'Running' }, { phase: 'Running', n: null })).toBe(false);
     expect(sameJson([1, undefined], [1, null])).toBe(true);
     expect(sameJson({ a: [] }, { a: {} })).toBe(false);
+    // Two statuses just computed (undefined members on either side) compare as their JSON does.
+    expect(sameJson({ b: 1, started: undefined }, { b: 1, started: undefined })).toBe(true);
+    expect(sameJson({ b: 1 }, { b: 1, started: undefined })).toBe(true);
+    expect(sameJson([undefined], [null])).toBe(true);
+    expect(sameJson({ b: 1 }, { b: 1, started: 'x' })).toBe(false);
   });
 });

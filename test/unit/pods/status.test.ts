@@ -38,6 +38,16 @@ describe('computePodStatus', () => {
     ]);
   });
 
+  it('termination messages: an exited container\'s message in terminated (state and lastState), cut to the pod\'s 12 KiB split between its containers', () => {
+    const two = pod('Never', { containers: [{ name: 'app', image: 'img' }, { name: 'side', image: 'img' }] });
+    const s = status(two, obs([ctr({ state: 'exited', exitCode: 3, finishedAt: T, message: 'bye\n' }), ctr({ id: 'c2', name: 'side', state: 'exited', exitCode: 1, finishedAt: T, message: 'x'.repeat(7000) })]));
+    expect(s.containerStatuses![0]!.state!.terminated).toMatchObject({ exitCode: 3, message: 'bye\n' });
+    expect(s.containerStatuses![1]!.state!.terminated!.message).toBe('x'.repeat(6144));
+    // A crash-looping container's last termination is cut too.
+    const looping = status(two, obs([ctr({ state: 'exited', exitCode: 1, restartCount: 2, finishedAt: T, message: 'y'.repeat(9000) })]), { app: { reason: 'CrashLoopBackOff' } });
+    expect(looping.containerStatuses![0]!.lastState!.terminated!.message).toBe('y'.repeat(6144));
+  });
+
   it('crash loop: waiting CrashLoopBackOff with the last termination, phase Running under Always', () => {
     const s = status(pod(), obs([ctr({ state: 'exited', exitCode: 1, restartCount: 3, finishedAt: T + 1000 })]), {
       app: { reason: 'CrashLoopBackOff', message: 'back-off 40s restarting failed container=app pod=web-node1_default(u1)' },
