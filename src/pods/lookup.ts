@@ -9,3 +9,8 @@ export interface PodLookup {
   getPod(namespace: string, name: string): Pod | undefined;
   listPods(): Pod[];
 }
+
+/** A pod's `<namespace>/<name>` (namespace `default` when unset). */
+export function podKey(pod: Pod): string {
+  return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
+}

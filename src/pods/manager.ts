@@ -16,12 +16,12 @@ import { nodeRef, noEvents, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
+import { podKey } from './lookup.js';
 import { computePodActions, type Waiting } from './plan.js';
-import { finishedInApi } from './sources.js';
 import type { PodRuntime } from './runtime-port.js';
 import { ProbeManager } from './probes.js';
 import { computePodStatus, sameJson } from './status.js';
-import { addProbeKills, collectGarbage, ensureSandbox, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
+import { addProbeKills, collectGarbage, ensureSandbox, holdFinished, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
 import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from '../metrics/pod-hooks.js';
 
@@ -352,13 +352,7 @@ export class PodManager {
       // A pod adopted already running (nodelet restarted) is not a pod start.
       if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) this.#firstSeen.delete(uid);
       const plan = computePodActions(w.pod, observed, now);
-      if (finishedInApi(w.pod)) {
-        // Over in the API: nothing is created or started again; what still runs is stopped
-        // (a Failed pod), what ran is kept for its status and logs until the pod is deleted.
-        plan.createSandbox = undefined;
-        plan.start = [];
-        plan.killPod = observed.containers.some((c) => c.state === 'running') || observed.sandboxes.some((sb) => sb.ready);
-      }
+      holdFinished(plan, w.pod, observed);
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);
       addProbeKills(plan, observed, (id) => this.#probes.mustRestart(id));
@@ -482,10 +476,6 @@ export class PodManager {
     await this.#probes.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.idle()));
   }
-}
-
-export function podKey(pod: Pod): string {
-  return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`;
 }
 
 /** When a pod waiting for a backoff (crash loop, a failed start or sandbox) must sync again. */

@@ -24,7 +24,7 @@ import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { LoopOwner } from '../loop.js';
-import { podKey } from './manager.js';
+import { podKey } from './lookup.js';
 import { ANN_CONFIG_HASH } from './static-source.js';
 
 export const ANN_CONFIG_MIRROR = 'kubernetes.io/config.mirror';

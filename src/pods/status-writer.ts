@@ -20,7 +20,7 @@ import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { LoopOwner } from '../loop.js';
-import { podKey } from './manager.js';
+import { podKey } from './lookup.js';
 import { isMirrorPod } from './mirror.js';
 import { sameJson } from './status.js';
 

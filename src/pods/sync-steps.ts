@@ -16,6 +16,7 @@ import { runLifecycleHandler } from './hooks.js';
 import type { ObservedPod } from './observed.js';
 import { podTitle, type PodActions, type StartContainer, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
+import { finishedInApi } from './sources.js';
 import { nextBackoff, type PodWorker } from './worker.js';
 
 /** How long the pod worker waits for a postStart hook (the kubelet's runtimeRequestTimeout). */
@@ -59,6 +60,18 @@ export function reportBackOffs(ctx: StepContext, w: PodWorker, plan: PodActions,
     w.backoffReported.set(name, restarts);
     ctx.events.emit(podRef(w.pod, containerOf(w.pod, name)), 'Warning', 'BackOff', `Back-off restarting failed container ${name} in pod ${podTitle(w.pod)}`);
   }
+}
+
+/**
+ * A pod the control plane says is over (Succeeded, Failed): nothing is created or started
+ * again; what still runs is stopped (a Failed pod), what ran is kept for its status and logs
+ * until the pod is deleted.
+ */
+export function holdFinished(plan: PodActions, pod: Pod, observed: ObservedPod): void {
+  if (!finishedInApi(pod)) return;
+  plan.createSandbox = undefined;
+  plan.start = [];
+  plan.killPod = observed.containers.some((c) => c.state === 'running') || observed.sandboxes.some((sb) => sb.ready);
 }
 
 /** A failed liveness or startup probe: the container joins the plan's kills; restartPolicy decides the rest. */

@@ -8,11 +8,13 @@ import { NodeletError } from '../../../src/errors.js';
 import type { ObjectReference } from 'kubernetes-types/core/v1.js';
 import type { EventSink } from '../../../src/events.js';
 import { silentLogger } from '../../../src/log.js';
+import type { ObservedPod } from '../../../src/pods/observed.js';
 import { computePodActions, type PodActions, type Waiting } from '../../../src/pods/plan.js';
 import {
   addProbeKills,
   collectGarbage,
   ensureSandbox,
+  holdFinished,
   killContainers,
   killPod,
   removePod,
@@ -162,6 +164,30 @@ describe('killContainers, killPod, removePod', () => {
     await removePod(ctx, w.pod, 'u1', 5);
     expect([rt.sandboxes.size, rt.containers.size]).toEqual([0, 0]);
     expect(rt.calls.at(-1)).toBe('cleanupPod u1');
+  });
+});
+
+describe('holdFinished', () => {
+  const observed = (containers: ('running' | 'exited')[], sandboxReady: boolean): ObservedPod => ({
+    uid: 'u1',
+    name: 'web',
+    namespace: 'default',
+    sandboxes: [{ id: 's1', attempt: 0, ready: sandboxReady, createdAt: 0 }],
+    containers: containers.map((state, i) => ({ id: `c${i}`, name: `c${i}`, podSandboxId: 's1', attempt: 0, state, restartCount: 0 }) as ObservedPod['containers'][number]),
+  });
+  const planFor = (p: Pod): PodActions => ({ ...computePodActions(p, observed([], false), 0), createSandbox: { attempt: 0, reason: 'no sandbox' } as PodActions['createSandbox'], start: [{ name: 'app', restartCount: 0, init: false }] });
+  it.each([
+    ['Running in the API: the plan stands', 'Running', ['running'], true, { held: false, killPod: undefined }],
+    ['Succeeded, nothing running: nothing created, started or killed', 'Succeeded', ['exited'], false, { held: true, killPod: false }],
+    ['Failed with a running container: nothing created or started, the pod stopped', 'Failed', ['running'], true, { held: true, killPod: true }],
+    ['Failed with only a ready sandbox left: it is stopped', 'Failed', ['exited'], true, { held: true, killPod: true }],
+  ] as const)('%s', (_what, phase, containers, ready, want) => {
+    const p = { ...pod(), status: { phase } };
+    const plan = planFor(p);
+    const before = structuredClone(plan);
+    holdFinished(plan, p, observed([...containers], ready));
+    if (!want.held) expect(plan).toEqual(before);
+    else expect({ createSandbox: plan.createSandbox, start: plan.start, killPod: plan.killPod }).toEqual({ createSandbox: undefined, start: [], killPod: want.killPod });
   });
 });
 
