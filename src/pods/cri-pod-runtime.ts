@@ -31,20 +31,8 @@ import { nodeRef, podRef, type EventSink } from '../events.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { CriClient } from '../runtime/cri-client.js';
 import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../runtime/types.js';
-import {
-  ANN_CONTAINER_HASH,
-  ANN_GRACE_PERIOD,
-  ANN_RESTART_COUNT,
-  ANN_TERMINATION_MESSAGE_PATH,
-  ANN_TERMINATION_MESSAGE_POLICY,
-  LABEL_CONTAINER_NAME,
-  LABEL_NODELET_NODE,
-  LABEL_POD_NAME,
-  LABEL_POD_NAMESPACE,
-  LABEL_POD_UID,
-  containerConfig,
-  sandboxConfig,
-} from './cri-config.js';
+import { containerConfig, sandboxConfig } from './cri-config.js';
+import * as K from './labels.js'; // K.LABEL_* / K.ANN_*: the kubelet's label and annotation names
 import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, RESOLV_CONF_MAX_BYTES, type DnsWarning, type HostDns } from './dns.js';
 import { isDnsLabel } from './pod-validation.js';
 import type { ObservedContainer, ObservedContainerState, ObservedPod } from './observed.js';
@@ -239,13 +227,13 @@ export class CriPodRuntime implements PodRuntime {
       if (!g) byUid.set(uid, (g = { sandboxes: [], containers: [] }));
       return g;
     };
-    for (const s of sandboxes) if (s.labels[LABEL_POD_UID]) group(s.labels[LABEL_POD_UID]).sandboxes.push(s);
-    for (const c of containers) if (c.labels[LABEL_POD_UID]) group(c.labels[LABEL_POD_UID]).containers.push(c);
+    for (const s of sandboxes) if (s.labels[K.LABEL_POD_UID]) group(s.labels[K.LABEL_POD_UID]).sandboxes.push(s);
+    for (const c of containers) if (c.labels[K.LABEL_POD_UID]) group(c.labels[K.LABEL_POD_UID]).containers.push(c);
     return Promise.all([...byUid].map(([uid, g]) => this.#observe(uid, g.sandboxes, g.containers)));
   }
 
   async observePod(uid: string): Promise<ObservedPod> {
-    const sel = { labelSelector: { [LABEL_POD_UID]: uid } };
+    const sel = { labelSelector: { [K.LABEL_POD_UID]: uid } };
     const [sandboxes, containers] = await Promise.all([this.#o.cri.listPodSandbox(sel), this.#o.cri.listContainers(sel)]);
     return this.#observe(uid, sandboxes, containers);
   }
@@ -255,8 +243,8 @@ export class CriPodRuntime implements PodRuntime {
     allSandboxes: Awaited<ReturnType<CriClient['listPodSandbox']>>,
     allContainers: Awaited<ReturnType<CriClient['listContainers']>>,
   ): Promise<ObservedPod> {
-    const sandboxes = allSandboxes.filter((s) => s.labels[LABEL_POD_UID] === uid);
-    const list = allContainers.filter((c) => c.labels[LABEL_POD_UID] === uid);
+    const sandboxes = allSandboxes.filter((s) => s.labels[K.LABEL_POD_UID] === uid);
+    const list = allContainers.filter((c) => c.labels[K.LABEL_POD_UID] === uid);
     const containers: ObservedContainer[] = [];
     for (const c of list) {
       // Exit code, start/finish times and reason are only in ContainerStatus (cached while the state holds).
@@ -266,12 +254,12 @@ export class CriPodRuntime implements PodRuntime {
       const { st, message } = known;
       containers.push({
         id: c.id,
-        name: c.labels[LABEL_CONTAINER_NAME] ?? c.metadata.name,
+        name: c.labels[K.LABEL_CONTAINER_NAME] ?? c.metadata.name,
         podSandboxId: c.podSandboxId,
         attempt: c.metadata.attempt,
         state: STATE[st.state],
-        restartCount: Number(c.annotations[ANN_RESTART_COUNT] ?? c.metadata.attempt) || 0,
-        hash: c.annotations[ANN_CONTAINER_HASH] ?? '',
+        restartCount: Number(c.annotations[K.ANN_RESTART_COUNT] ?? c.metadata.attempt) || 0,
+        hash: c.annotations[K.ANN_CONTAINER_HASH] ?? '',
         image: c.image?.image ?? st.image?.image ?? '',
         imageRef: st.imageRef || c.imageRef,
         createdAt: nsToMs(st.createdAt) ?? 0,
@@ -283,12 +271,12 @@ export class CriPodRuntime implements PodRuntime {
       });
     }
     const labels = sandboxes[0]?.labels ?? list[0]?.labels ?? {};
-    const grace = list.map((c) => Number(c.annotations[ANN_GRACE_PERIOD])).find((g) => Number.isFinite(g) && g >= 0);
-    const node = sandboxes.map((s) => s.labels[LABEL_NODELET_NODE]).find((n) => n !== undefined && n !== '');
+    const grace = list.map((c) => Number(c.annotations[K.ANN_GRACE_PERIOD])).find((g) => Number.isFinite(g) && g >= 0);
+    const node = sandboxes.map((s) => s.labels[K.LABEL_NODELET_NODE]).find((n) => n !== undefined && n !== '');
     return {
       uid,
-      name: labels[LABEL_POD_NAME] ?? sandboxes[0]?.metadata.name ?? '',
-      namespace: labels[LABEL_POD_NAMESPACE] ?? sandboxes[0]?.metadata.namespace ?? 'default',
+      name: labels[K.LABEL_POD_NAME] ?? sandboxes[0]?.metadata.name ?? '',
+      namespace: labels[K.LABEL_POD_NAMESPACE] ?? sandboxes[0]?.metadata.namespace ?? 'default',
       sandboxes: await Promise.all(
         sandboxes.map(async (s) => {
           const ready = s.state === 'SANDBOX_READY';
@@ -326,8 +314,8 @@ export class CriPodRuntime implements PodRuntime {
       exitCode: st.exitCode,
       reason: st.reason,
       message: st.message,
-      terminationMessagePath: st.annotations[ANN_TERMINATION_MESSAGE_PATH],
-      terminationMessagePolicy: st.annotations[ANN_TERMINATION_MESSAGE_POLICY],
+      terminationMessagePath: st.annotations[K.ANN_TERMINATION_MESSAGE_PATH],
+      terminationMessagePolicy: st.annotations[K.ANN_TERMINATION_MESSAGE_POLICY],
       mounts: st.mounts ?? [],
       logPath: st.logPath,
     });
@@ -501,7 +489,7 @@ export class CriPodRuntime implements PodRuntime {
     this.#statuses.delete(id);
     await this.#o.cri.removeContainer(id);
     if (labels && this.#o.containerLogDir !== undefined) {
-      const link = containerLogSymlink(this.#o.containerLogDir, labels[LABEL_POD_NAME] ?? '', labels[LABEL_POD_NAMESPACE] ?? 'default', labels[LABEL_CONTAINER_NAME] ?? '', id);
+      const link = containerLogSymlink(this.#o.containerLogDir, labels[K.LABEL_POD_NAME] ?? '', labels[K.LABEL_POD_NAMESPACE] ?? 'default', labels[K.LABEL_CONTAINER_NAME] ?? '', id);
       await removeLogSymlink(link).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot remove the container log link ${link}: ${errorMessage(err)}`));
     }
   }
