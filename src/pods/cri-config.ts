@@ -25,9 +25,6 @@ import {
   LABEL_POD_NAMESPACE,
   LABEL_POD_UID,
 } from './labels.js';
-/** The label names, for the modules that build or read CRI configs (their home is labels.ts). */
-export * from './labels.js';
-
 export interface SandboxOptions {
   /** `<podLogsDir>/<namespace>_<name>_<uid>` directory for container logs. */
   logDirectory: string;
