@@ -1,10 +1,13 @@
 /**
- * Reading checkpoint archives, always streaming: an archive holds every memory page of a
- * container and may be gigabytes, so nothing here loads one into memory. One pass over
- * the file computes its sha256 and walks its tar headers (tar-stream) at the same time.
+ * Reading checkpoint archives: an archive holds every memory page of a container and may
+ * be gigabytes, so nothing here loads one into memory.
  *
  * - verifyArchive: the endpoint's check after the runtime says it succeeded (regular
- *   file, not a symlink, read to its end as a whole tar archive) and its chmod 0600.
+ *   file, not a symlink, a whole tar archive) and its chmod 0600. It walks the tar
+ *   headers by their offsets and never reads the members' data (walkTar): its cost is
+ *   per member, not per byte, because the endpoint answers only the archive's path.
+ * - The two that report a sha256 (inspect, list) stream the file once, computing the
+ *   hash and walking its tar headers (tar-stream) at the same time.
  * - inspectArchive: `nodelet checkpoint inspect <archive>`: identity, size, sha256, entries.
  * - ArchiveLister: `GET /checkpoints`: every archive in a directory, with a cache keyed by
  *   (inode, size, mtime) so that listing again does not hash again.
@@ -66,8 +69,6 @@ interface ScanResult {
   entries: ArchiveEntry[];
   hints: Hints;
   tarError?: string;
-  /** The file's last `keepTail` bytes (when asked). */
-  tail?: Buffer;
 }
 
 /**
@@ -75,9 +76,10 @@ interface ScanResult {
  * or device named like an archive is refused at once, never opened for reading (an open
  * of a FIFO would wait for a writer forever). Throws NOT_FOUND/INVALID_ARGUMENT naming it.
  */
-async function openRegular(file: string): Promise<fsp.FileHandle> {
+async function openRegular(file: string): Promise<{ handle: fsp.FileHandle; size: number }> {
   try {
-    return (await openRegularFile(file, { what: 'checkpoint archive', noFollow: true })).handle;
+    const { handle, stats } = await openRegularFile(file, { what: 'checkpoint archive', noFollow: true });
+    return { handle, size: stats.size };
   } catch (err) {
     if (isNodeletError(err, 'NOT_FOUND')) throw new NodeletError('NOT_FOUND', `${file}: no such file`, { file });
     const kind = isNodeletError(err) ? err.details.kind : undefined;
@@ -109,12 +111,11 @@ function hintsFromDump(name: string, data: Buffer, hints: Hints): void {
 }
 
 /** One streaming pass: sha256 + tar headers (+ the small metadata dumps). Never throws for bad tar data. */
-async function scan(fh: fsp.FileHandle, keepTail = 0): Promise<ScanResult> {
+async function scan(fh: fsp.FileHandle): Promise<ScanResult> {
   const hash = crypto.createHash('sha256');
   const entries: ArchiveEntry[] = [];
   const hints: Hints = {};
   let size = 0;
-  let tail: Buffer = Buffer.alloc(0);
   let tarError: string | undefined;
   const extract = tar.extract();
   extract.on('entry', (header, stream, next) => {
@@ -148,7 +149,6 @@ async function scan(fh: fsp.FileHandle, keepTail = 0): Promise<ScanResult> {
   for await (const chunk of rs as AsyncIterable<Buffer>) {
     hash.update(chunk);
     size += chunk.length;
-    if (keepTail > 0) tail = chunk.length >= keepTail ? chunk.subarray(chunk.length - keepTail) : Buffer.concat([tail, chunk]).subarray(-keepTail);
     // Keep hashing past a tar error; feed the parser only while it is healthy.
     if (!parserDone && !extract.write(chunk)) await Promise.race([new Promise<void>((r) => extract.once('drain', () => r())), done]);
   }
@@ -157,7 +157,7 @@ async function scan(fh: fsp.FileHandle, keepTail = 0): Promise<ScanResult> {
     await done;
   }
   if (tarError === undefined && entries.length === 0) tarError = size === 0 ? 'empty file' : 'no entries';
-  return { size, sha256: hash.digest('hex'), entries, hints, ...(tarError !== undefined ? { tarError } : {}), ...(keepTail > 0 ? { tail: Buffer.from(tail) } : {}) };
+  return { size, sha256: hash.digest('hex'), entries, hints, ...(tarError !== undefined ? { tarError } : {}) };
 }
 
 /** Chooses the owner of an archive from its name, its hints and a caller's knowledge. */
@@ -183,7 +183,7 @@ function identify(parsed: ParsedArchiveName | undefined, hints: Hints, known?: (
  */
 export async function inspectArchive(file: string): Promise<ArchiveDetails> {
   const abs = path.resolve(file);
-  const fh = await openRegular(abs);
+  const fh = (await openRegular(abs)).handle;
   try {
     const r = await scan(fh);
     if (r.tarError !== undefined) throw new NodeletError('INVALID_ARGUMENT', `${abs} is not a readable tar archive: ${r.tarError}`, { file: abs });
@@ -193,43 +193,172 @@ export async function inspectArchive(file: string): Promise<ArchiveDetails> {
   }
 }
 
-/** A tar archive ends with two 512-byte zero blocks (POSIX); Go's archive/tar and tar-stream write them. */
-const END_OF_ARCHIVE = 1024;
-
 /**
  * The endpoint's check of what the runtime left at `file`, before it is answered 200:
- * a regular file (not a symlink, opened by the safe reader), read to its end as a tar
- * archive: every header and every member's data present (a cut in the middle of a member
- * is "truncated"), at least one entry, whole 512-byte blocks and the end-of-archive
- * marker (two zero blocks) last, so a cut on a member boundary is refused too. Then made
- * 0600 through the open descriptor, so the mode lands on the file that was checked.
- * Streams the file once (archives may be gigabytes). Throws INTERNAL saying what is wrong;
- * the caller removes the file.
+ * a regular file (not a symlink, opened by the safe reader), walked as a tar archive from
+ * header to header (walkTar): every header valid, every member's data present (a cut in
+ * the middle of a member is "truncated"), at least one entry, whole 512-byte blocks and
+ * the end-of-archive marker (two zero blocks) last, so a cut on a member boundary is
+ * refused too. Then made 0600 through the open descriptor, so the mode lands on the file
+ * that was checked. Reads the headers only, never the members' data: an archive holds
+ * every memory page of a container and may be gigabytes, and the endpoint answers only
+ * its path. Throws INTERNAL saying what is wrong; the caller removes the file.
  */
 export async function verifyArchive(file: string): Promise<void> {
-  let fh: fsp.FileHandle;
+  let opened: { handle: fsp.FileHandle; size: number };
   try {
-    fh = await openRegular(file);
+    opened = await openRegular(file);
   } catch (err) {
     throw new NodeletError('INTERNAL', `the runtime reported success but left no archive at ${file}: ${errorMessage(err)}`, { file }, { cause: err });
   }
+  const fh = opened.handle;
   try {
     await fh.chmod(0o600);
-    const problem = await wholeArchiveProblem(fh);
+    const problem = await walkTar(fh, opened.size);
     if (problem) throw new NodeletError('INTERNAL', `the runtime reported success but ${file} is not a readable tar archive: ${problem}`, { file, problem });
   } finally {
     await fh.close();
   }
 }
 
-/** Reads the whole file as a tar archive; undefined when it is whole, else why not. */
-async function wholeArchiveProblem(fh: fsp.FileHandle): Promise<string | undefined> {
-  const r = await scan(fh, END_OF_ARCHIVE);
-  if (r.size === 0) return 'empty file';
-  if (r.tarError === 'Unexpected end of data') return `truncated: the archive ends inside a member or block (${r.size} bytes)`;
-  if (r.tarError !== undefined) return r.tarError;
-  if (r.size % 512 !== 0) return `truncated: ${r.size} bytes is not a whole number of 512-byte tar blocks`;
-  if (!r.tail || r.tail.length < END_OF_ARCHIVE || r.tail.some((b) => b !== 0)) return `truncated: no end-of-archive marker after the last member (${r.size} bytes)`;
+/** Bytes read at a time by walkTar: the headers of a run of small members come from one read. */
+const WALK_WINDOW = 64 * 1024;
+/** Largest PAX or GNU long-name header read (tar-stream's limit). */
+const LONG_HEADER_MAX = 4 * 1024 * 1024;
+const BLOCK = 512;
+
+/** Positional reads of a file of known size through one window of WALK_WINDOW bytes. */
+class WindowReader {
+  #buf = Buffer.alloc(0);
+  #start = 0;
+  constructor(
+    private readonly fh: fsp.FileHandle,
+    private readonly size: number,
+  ) {}
+
+  /** `len` bytes at `off`, or undefined when the file ends (or shrank) before them. */
+  async read(off: number, len: number): Promise<Buffer | undefined> {
+    if (off >= this.#start && off + len <= this.#start + this.#buf.length) return this.#buf.subarray(off - this.#start, off - this.#start + len);
+    const want = Math.min(Math.max(len, WALK_WINDOW), this.size - off);
+    if (want < len) return undefined;
+    const buf = Buffer.allocUnsafe(want);
+    let got = 0;
+    while (got < want) {
+      const { bytesRead } = await this.fh.read(buf, got, want - got, off + got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    this.#buf = buf.subarray(0, got);
+    this.#start = off;
+    return got >= len ? this.#buf.subarray(0, len) : undefined;
+  }
+}
+
+/** The header checksum as tar computes it (the checksum field counted as spaces). */
+function headerChecksum(h: Buffer): number {
+  let sum = 8 * 32;
+  for (let i = 0; i < 148; i++) sum += h[i]!;
+  for (let i = 156; i < BLOCK; i++) sum += h[i]!;
+  return sum;
+}
+
+/** A numeric header field: octal text (leading spaces or NULs, ended by space or NUL), or GNU base-256 (first byte 0x80). NaN when neither. */
+function headerNumber(h: Buffer, off: number, len: number): number {
+  const f = h.subarray(off, off + len);
+  if (f[0] === 0x80) {
+    let n = 0;
+    for (let i = 1; i < f.length; i++) n = n * 256 + f[i]!;
+    return n;
+  }
+  if (f[0]! & 0x80) return NaN; // negative base-256: no size or checksum is negative
+  let i = 0;
+  while (i < f.length && (f[i] === 0x20 || f[i] === 0)) i++;
+  let end = i;
+  while (end < f.length && f[end] !== 0x20 && f[end] !== 0) end++;
+  if (end === i) return 0;
+  const text = f.toString('latin1', i, end);
+  return /^[0-7]+$/.test(text) ? parseInt(text, 8) : NaN;
+}
+
+/** The `key=value` records of a PAX extended header (`<len> key=value\n` each). */
+function paxRecords(data: Buffer): Record<string, string> {
+  const out: Record<string, string> = {};
+  let rest = data;
+  while (rest.length > 0) {
+    const sp = rest.indexOf(0x20);
+    const len = sp > 0 ? parseInt(rest.toString('latin1', 0, sp), 10) : NaN;
+    if (!(len > sp + 1) || len > rest.length) break;
+    const rec = rest.toString('utf8', sp + 1, len - 1);
+    const eq = rec.indexOf('=');
+    if (eq < 0) break;
+    out[rec.slice(0, eq)] = rec.slice(eq + 1);
+    rest = rest.subarray(len);
+  }
+  return out;
+}
+
+const USTAR_MAGIC = Buffer.from('ustar\0', 'latin1');
+const GNU_MAGIC = Buffer.from('ustar  \0', 'latin1');
+const padded = (n: number) => Math.ceil(n / BLOCK) * BLOCK;
+
+/**
+ * Walks a tar archive of `size` bytes from header to header, reading the headers (and PAX
+ * or GNU long-name headers, which may change the next member's size) and skipping every
+ * member's data by its size. Judges what tar-stream's full read judged (valid checksums,
+ * ustar or GNU headers, zero blocks skipped, a PAX `size` applied), plus the ends: every
+ * member whole, at least one entry, the last two blocks zero. Undefined when the archive
+ * is whole, else why not.
+ */
+export async function walkTar(fh: fsp.FileHandle, size: number): Promise<string | undefined> {
+  if (size === 0) return 'empty file';
+  const r = new WindowReader(fh, size);
+  const truncated = `truncated: the archive ends inside a member or block (${size} bytes)`;
+  let off = 0;
+  let entries = 0;
+  let zeroRun = 0;
+  let paxGlobal: Record<string, string> = {};
+  let pax: Record<string, string> | undefined;
+  while (off < size) {
+    const h = await r.read(off, BLOCK);
+    if (!h) return truncated;
+    const at = off;
+    off += BLOCK;
+    const sum = headerChecksum(h);
+    // Nothing but the checksum field set: an empty block (the end-of-archive marker is two).
+    if (sum === 8 * 32) {
+      zeroRun++;
+      continue;
+    }
+    zeroRun = 0;
+    if (sum !== headerNumber(h, 148, 8)) return `no valid tar header at byte ${at} (checksum mismatch)`;
+    const magic = h.subarray(257, 265);
+    if (!magic.subarray(0, 6).equals(USTAR_MAGIC) && !magic.equals(GNU_MAGIC)) return `no valid tar header at byte ${at} (unknown format)`;
+    let memberSize = headerNumber(h, 124, 12);
+    if (!(memberSize >= 0)) return `invalid member size in the tar header at byte ${at}`;
+    const type = h[156]!;
+    // x: PAX header, g: PAX global header, L/K: GNU long name/link name.
+    if (type === 0x78 || type === 0x67 || type === 0x4c || type === 0x4b) {
+      if (memberSize > LONG_HEADER_MAX) return `the extended header at byte ${at} is ${memberSize} bytes, over ${LONG_HEADER_MAX}`;
+      const data = await r.read(off, memberSize);
+      if (!data) return truncated;
+      if (type === 0x78) pax = { ...paxGlobal, ...paxRecords(data) };
+      else if (type === 0x67) paxGlobal = paxRecords(data);
+      off += padded(memberSize);
+      continue;
+    }
+    entries++;
+    if (pax?.size !== undefined) memberSize = /^[0-9]+$/.test(pax.size) ? Number(pax.size) : NaN;
+    pax = undefined;
+    if (!(memberSize >= 0)) return `invalid member size in the PAX header before byte ${at}`;
+    const nameEnd = h.indexOf(0);
+    const slashName = h[(nameEnd < 0 || nameEnd > 100 ? 100 : nameEnd) - 1] === 0x2f;
+    // A directory's size is no data (as tar-stream reads it); old tars mark one by a trailing slash.
+    const directory = type === 0x35 || ((type === 0 || type === 0x30) && slashName);
+    if (!directory) off += padded(memberSize);
+    if (off > size) return truncated;
+  }
+  if (entries === 0) return 'no entries';
+  if (zeroRun < 2) return `truncated: no end-of-archive marker after the last member (${size} bytes)`;
   return undefined;
 }
 
@@ -270,7 +399,7 @@ export class ArchiveLister {
   async #describe(file: string, parsed: ParsedArchiveName, known?: (ns: string, pod: string, container: string) => boolean): Promise<ArchiveInfo | undefined> {
     let fh: fsp.FileHandle;
     try {
-      fh = await openRegular(file);
+      fh = (await openRegular(file)).handle;
     } catch {
       return undefined; // vanished, a symlink or not a file: not an archive to list
     }

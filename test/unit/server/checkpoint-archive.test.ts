@@ -4,7 +4,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ArchiveLister, inspectArchive, verifyArchive } from '../../../src/checkpoint/archive.js';
+import { ArchiveLister, inspectArchive, verifyArchive, walkTar } from '../../../src/checkpoint/archive.js';
 import { writeTar } from './archive-fixtures.js';
 
 let dir: string;
@@ -90,6 +90,116 @@ describe('verifyArchive', () => {
     const file = path.join(dir, 'x.tar');
     await make(file);
     await expect(verifyArchive(file)).rejects.toMatchObject({ code: 'INTERNAL', message: expect.stringMatching(msg) });
+  });
+});
+
+/** One ustar header block; `size` as octal text, or base-256 when `base256`. */
+function header(name: string, size: number, type = '0', o: { base256?: boolean; magic?: string } = {}): Buffer {
+  const h = Buffer.alloc(512);
+  h.write(name, 0, 'latin1');
+  h.write('0000644\0', 100, 'latin1');
+  if (o.base256) {
+    h[124] = 0x80;
+    let n = size;
+    for (let i = 11; i > 0; i--, n = Math.floor(n / 256)) h[124 + i] = n % 256;
+  } else h.write(`${size.toString(8).padStart(11, '0')}\0`, 124, 'latin1');
+  h.write('00000000000\0', 136, 'latin1');
+  h.write(type, 156, 'latin1');
+  h.write(o.magic ?? 'ustar\x0000', 257, 'latin1');
+  h.fill(0x20, 148, 156);
+  let sum = 0;
+  for (const b of h) sum += b;
+  h.write(`${sum.toString(8).padStart(6, '0')}\0 `, 148, 'latin1');
+  return h;
+}
+const pad = (b: Buffer) => Buffer.concat([b, Buffer.alloc((512 - (b.length % 512)) % 512)]);
+const END = Buffer.alloc(1024);
+const paxRecord = (k: string, v: string) => {
+  const body = ` ${k}=${v}\n`;
+  let len = body.length + 1;
+  if (String(len).length + body.length > len) len++;
+  return `${len}${body}`;
+};
+
+describe('walkTar', () => {
+  /** walkTar over `bytes` written to a file, counting the bytes it read. */
+  async function walk(bytes: Buffer): Promise<{ problem: string | undefined; read: number }> {
+    const file = path.join(dir, 'w.tar');
+    await fsp.writeFile(file, bytes);
+    const fh = await fsp.open(file, 'r');
+    let read = 0;
+    const counting = new Proxy(fh, {
+      get(t, k) {
+        if (k === 'read') return async (...a: Parameters<typeof fh.read>) => {
+          const r = await (t.read as (...x: unknown[]) => Promise<{ bytesRead: number }>)(...a);
+          read += r.bytesRead;
+          return r;
+        };
+        const v = Reflect.get(t, k) as unknown;
+        return typeof v === 'function' ? (v as (...x: unknown[]) => unknown).bind(t) : v;
+      },
+    });
+    try {
+      return { problem: await walkTar(counting, bytes.length), read };
+    } finally {
+      await fh.close();
+    }
+  }
+
+  it('refuses every cut of a whole archive (inside a member, a header, or on a block boundary) and accepts the whole', async () => {
+    const file = path.join(dir, 'whole.tar');
+    await writeTar(file, [['config.dump', '{"name":"app"}'], ['checkpoint/pages-1.img', crypto.randomBytes(5000)], ['checkpoint/inventory.img', 'inv']]);
+    const whole = fs.readFileSync(file);
+    expect((await walk(whole)).problem).toBeUndefined();
+    let cuts = 0;
+    for (let block = 0; block < whole.length; block += 512) {
+      for (const cut of [block, block + 100]) {
+        if (cut === 0) continue;
+        expect((await walk(whole.subarray(0, cut))).problem, `cut at ${cut} of ${whole.length}`).toMatch(/^truncated: /);
+        cuts++;
+      }
+    }
+    expect(cuts).toBe((whole.length / 512) * 2 - 1);
+  });
+
+  it('reads the headers only, not the members\' data', async () => {
+    const big = crypto.randomBytes(3 * 1024 * 1024);
+    const bytes = Buffer.concat([header('pages-1.img', big.length), pad(big), header('inventory.img', 3), pad(Buffer.from('inv')), END]);
+    const r = await walk(bytes);
+    expect(r.problem).toBeUndefined();
+    expect(r.read).toBeLessThan(200 * 1024);
+  });
+
+  it('applies a PAX size, reads a GNU base-256 size, skips a directory\'s size and zero blocks between members', async () => {
+    const data = crypto.randomBytes(1500);
+    const pax = Buffer.from(paxRecord('size', String(data.length)) + paxRecord('path', 'a/very/long/name'));
+    const bytes = Buffer.concat([
+      header('PaxHeaders/x', pax.length, 'x'),
+      pad(pax),
+      header('x', 0), // the PAX size (1500) wins over this 0
+      pad(data),
+      Buffer.alloc(512),
+      header('gnu.img', data.length, '0', { base256: true, magic: 'ustar  \0' }),
+      pad(data),
+      header('dir/', 4096, '5'),
+      END,
+    ]);
+    expect((await walk(bytes)).problem).toBeUndefined();
+    // Without the PAX header, the 1500 bytes would be read as a header: refused.
+    expect((await walk(bytes.subarray(1024))).problem).toMatch(/no valid tar header at byte 512/);
+  });
+
+  it.each([
+    ['a bad checksum', () => { const h = header('a', 1); h[0] = 0x62; return Buffer.concat([h, pad(Buffer.from('x')), END]); }, /no valid tar header at byte 0 \(checksum mismatch\)/],
+    ['a v7 header (no magic)', () => Buffer.concat([header('a', 1, '0', { magic: '\0\0\0\0\0\0\0\0' }), pad(Buffer.from('x')), END]), /unknown format/],
+    ['no end marker', () => Buffer.concat([header('a', 1), pad(Buffer.from('x'))]), /^truncated: no end-of-archive marker/],
+    ['one zero block only', () => Buffer.concat([header('a', 1), pad(Buffer.from('x')), Buffer.alloc(512)]), /^truncated: no end-of-archive marker/],
+    ['only zero blocks', () => Buffer.alloc(4096), /^no entries$/],
+    ['a huge PAX header', () => Buffer.concat([header('p', 5 * 1024 * 1024, 'x'), END]), /extended header at byte 0 is 5242880 bytes/],
+    ['a PAX size that is no number', () => { const p = Buffer.from(paxRecord('size', '-1')); return Buffer.concat([header('p', p.length, 'x'), pad(p), header('a', 0), END]); }, /invalid member size/],
+    ['a size that is no octal number', () => { const h = header('a', 0); h.write('9999', 124, 'latin1'); h.fill(0x20, 148, 156); let s = 0; for (const b of h) s += b; h.write(`${s.toString(8).padStart(6, '0')}\0 `, 148, 'latin1'); return Buffer.concat([h, END]); }, /invalid member size in the tar header at byte 0/],
+  ])('refuses %s', async (_what, make, msg) => {
+    expect((await walk(make())).problem).toMatch(msg);
   });
 });
 
