@@ -9,8 +9,12 @@
  *    container among its containers, init containers and ephemeral containers (404);
  * 3. per container (pod UID + name) one checkpoint at a time; different containers run
  *    in parallel;
- * 4. the running container's ID from the runtime by the kubelet's labels (not running:
- *    500, as the kubelet);
+ * 4. the running container's ID: the one the pod's status shows running (the pod
+ *    manager's last look at the runtime, at most a relist old), else from the runtime by
+ *    the kubelet's labels (not running: 500, as the kubelet). Taken from the status, it
+ *    spares a CRI ListContainers per request; if the runtime then fails the checkpoint,
+ *    the runtime is listed and, when it runs another container of that name now (a
+ *    restart the status had not shown yet), the checkpoint is retried once with it;
  * 5. `<rootDir>/checkpoints` ensured a real directory with mode 0700 (created so, or
  *    tightened to 0700 with a log line: archives hold every memory page of a container);
  * 6. a name that exists neither on disk nor in flight (same second: `-1`, `-2`...), so
@@ -23,9 +27,9 @@
  *    reservation is enough;
  * 7. CRI CheckpointContainer with the timeout; the call's deadline is timeout + margin
  *    when a timeout is given, else runtimeRequestTimeout;
- * 8. the archive verified (regular file, read to its end as a whole tar archive: a
- *    truncated, empty or non-tar file is 500 with the reason) and made 0600; only then
- *    200 `{"items":["<path>"]}`. A failure removes what the runtime may have left there.
+ * 8. the archive verified (regular file, a whole tar archive walked header by header
+ *    without reading the members' data: a truncated, empty or non-tar file is 500 with
+ *    the reason) and made 0600; only then 200 `{"items":["<path>"]}`. A failure removes what the runtime may have left there.
  * 9. retention (optional, keep the newest N of this container) after a success: the new
  *    archive and the newest N-1 others stay; the archive being answered is never removed.
  *
@@ -93,6 +97,16 @@ export function podHasContainer(pod: Pod, name: string): boolean {
   return [spec?.containers ?? [], spec?.initContainers ?? [], spec?.ephemeralContainers ?? []].some((list) => list.some((c) => c.name === name));
 }
 
+/** The ID of the container `name` the pod's status shows running (`containerd://<id>`), or undefined. */
+export function statusContainerId(pod: Pod, name: string): string | undefined {
+  const st = pod.status;
+  for (const list of [st?.containerStatuses, st?.initContainerStatuses, st?.ephemeralContainerStatuses]) {
+    const c = list?.find((x) => x.name === name);
+    if (c) return c.state?.running && c.containerID ? c.containerID.replace(/^[a-z0-9-]+:\/\//, '') || undefined : undefined;
+  }
+  return undefined;
+}
+
 /** True when anything (even a dangling symlink) has this name. */
 function existsNoFollow(p: string): boolean {
   try {
@@ -144,7 +158,8 @@ export class CheckpointService {
     }
     const uid = pod.metadata?.uid ?? '';
     const key = `${uid || `${namespace}/${podName}`}/${containerName}`;
-    return this.#serialized(key, () => this.#run(key, namespace, podName, containerName, uid, timeoutSec, req.user));
+    const known = uid ? statusContainerId(pod, containerName) : undefined;
+    return this.#serialized(key, () => this.#run(key, namespace, podName, containerName, uid, known, timeoutSec, req.user));
   }
 
   /** `GET /checkpoints`: archives newest first, without those being written right now. */
@@ -173,30 +188,49 @@ export class CheckpointService {
     }
   }
 
-  async #run(key: string, ns: string, podName: string, containerName: string, uid: string, timeoutSec: number, user: string | undefined): Promise<{ items: string[] }> {
-    const started = this.#o.clock.now();
-    let containerId: string | undefined;
+  /** The newest running container of that name in the pod, as the runtime lists it now. */
+  async #runningContainer(ns: string, podName: string, containerName: string, uid: string): Promise<string> {
+    let running;
     try {
-      const running = uid
-        ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [LABEL_POD_UID]: uid, [LABEL_CONTAINER_NAME]: containerName } })
-        : [];
-      containerId = running.sort((a, b) => b.createdAt - a.createdAt)[0]?.id;
+      running = uid ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [LABEL_POD_UID]: uid, [LABEL_CONTAINER_NAME]: containerName } }) : [];
     } catch (err) {
       throw runtimeFailure(ns, podName, containerName, err);
     }
-    if (!containerId) throw runtimeFailure(ns, podName, containerName, `container "${containerName}" of pod "${ns}/${podName}" is not running`);
+    const id = running.sort((a, b) => b.createdAt - a.createdAt)[0]?.id;
+    if (!id) throw runtimeFailure(ns, podName, containerName, `container "${containerName}" of pod "${ns}/${podName}" is not running`);
+    return id;
+  }
+
+  async #run(key: string, ns: string, podName: string, containerName: string, uid: string, known: string | undefined, timeoutSec: number, user: string | undefined): Promise<{ items: string[] }> {
+    const started = this.#o.clock.now();
+    let containerId = known ?? (await this.#runningContainer(ns, podName, containerName, uid));
 
     await this.#ensureDir();
     const { name, issued } = await this.#reserveName(key, podName, ns, containerName);
     const location = path.join(this.dir, name);
+    const call = (id: string) =>
+      this.#o.runtime.checkpointContainer(
+        { containerId: id, location, timeoutSec },
+        { deadlineMs: checkpointDeadlineMs(timeoutSec, this.#o.runtimeRequestTimeoutMs, this.#o.deadlineMarginMs ?? 5000) },
+      );
     try {
       try {
-        await this.#o.runtime.checkpointContainer(
-          { containerId, location, timeoutSec },
-          { deadlineMs: checkpointDeadlineMs(timeoutSec, this.#o.runtimeRequestTimeoutMs, this.#o.deadlineMarginMs ?? 5000) },
-        );
+        await call(containerId);
       } catch (err) {
-        throw runtimeFailure(ns, podName, containerName, err);
+        // The status's ID may be a relist old: ask the runtime which container runs now.
+        const now = known === undefined ? undefined : await this.#runningContainer(ns, podName, containerName, uid).catch(() => undefined);
+        if (now === undefined || now === containerId) throw runtimeFailure(ns, podName, containerName, err);
+        this.#log.info({ namespace: ns, pod: podName, container: containerName, stale: containerId, containerId: now, err: errorMessage(err) }, 'checkpoint of the container the status showed failed; retrying with the one running now');
+        // The runtime is told a path that does not exist, as for the first call.
+        await fsp.rm(location, { force: true }).catch(() => {
+          throw runtimeFailure(ns, podName, containerName, err);
+        });
+        containerId = now;
+        try {
+          await call(containerId);
+        } catch (err2) {
+          throw runtimeFailure(ns, podName, containerName, err2);
+        }
       }
       await verifyArchive(location);
     } catch (err) {
@@ -218,15 +252,22 @@ export class CheckpointService {
   async #reserveName(key: string, podName: string, ns: string, containerName: string): Promise<{ name: string; issued: IssuedSeq }> {
     const ms = this.#o.clock.now();
     const second = archiveSecond(ms);
-    let existing: string[];
-    try {
-      existing = await fsp.readdir(this.dir);
-    } catch (err) {
-      throw new NodeletError('INTERNAL', `checkpoint directory ${this.dir}: ${errorMessage(err)}`, { dir: this.dir }, { cause: err });
-    }
     // Only the current second's entries matter: older ones can never collide again.
     for (const [k, v] of this.#issued) if (v.second !== second) this.#issued.delete(k);
-    const fromSeq = nextArchiveSeq([...existing, ...this.#inFlight], podName, ns, containerName, ms, this.#issued.get(key));
+    const last = this.#issued.get(key);
+    // The directory is read once per container and second: after this process issued a name
+    // in this second, only it can have added names of this container and second (one
+    // nodelet per root dir), and the issued suffix is above all of them. The probe below
+    // still skips any name that exists.
+    let existing: string[] = [];
+    if (!last) {
+      try {
+        existing = await fsp.readdir(this.dir);
+      } catch (err) {
+        throw new NodeletError('INTERNAL', `checkpoint directory ${this.dir}: ${errorMessage(err)}`, { dir: this.dir }, { cause: err });
+      }
+    }
+    const fromSeq = nextArchiveSeq([...existing, ...this.#inFlight], podName, ns, containerName, ms, last);
     const name = chooseArchiveName(podName, ns, containerName, ms, (n) => this.#inFlight.has(n) || existsNoFollow(path.join(this.dir, n)), fromSeq);
     this.#inFlight.add(name);
     return { name, issued: { second, seq: parseArchiveName(name)?.seq ?? fromSeq } };
@@ -234,8 +275,15 @@ export class CheckpointService {
 
   async #ensureDir(): Promise<void> {
     try {
-      await fsp.mkdir(this.dir, { recursive: true, mode: 0o700 });
-      const st = await fsp.lstat(this.dir);
+      // One lstat when the directory exists (every request but the first).
+      let st = await fsp.lstat(this.dir).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== 'ENOENT') throw err;
+        return undefined;
+      });
+      if (!st) {
+        await fsp.mkdir(this.dir, { recursive: true, mode: 0o700 });
+        st = await fsp.lstat(this.dir);
+      }
       if (!st.isDirectory()) throw new Error('exists and is not a directory');
       if ((st.mode & 0o077) !== 0) {
         await fsp.chmod(this.dir, 0o700);

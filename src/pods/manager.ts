@@ -180,8 +180,13 @@ export class PodManager {
     return this.#workers.has(uid) || this.#removals.has(uid);
   }
 
+  /** One pod with its status; builds only that one (the checkpoint and log routes ask once per request). */
   getPod(namespace: string, name: string): Pod | undefined {
-    return this.listPods().find((p) => p.metadata?.namespace === namespace && p.metadata?.name === name);
+    for (const [uid, pod] of this.#desired) {
+      if (pod.metadata?.namespace !== namespace || pod.metadata?.name !== name) continue;
+      return { apiVersion: 'v1', kind: 'Pod', ...pod, status: this.#workers.get(uid)?.shownStatus() ?? { phase: 'Pending' } };
+    }
+    return undefined;
   }
 
   /**

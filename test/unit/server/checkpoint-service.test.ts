@@ -49,11 +49,13 @@ class MemRuntime implements CheckpointRuntime {
   gates = new Map<string, Deferred>();
   behave: (req: CriCheckpointRequest) => Promise<void> = (req) => writeTar(req.location, [['config.dump', '{}'], ['pages.img', 'p']], 0o644);
   listError: Error | undefined;
+  listCalls = 0;
 
   add(uid: string, name: string, id: string, state: Container['state'] = 'CONTAINER_RUNNING', createdAt = 1): void {
     this.containers.push({ id, podSandboxId: 's', metadata: { name, attempt: 0 }, image: null, imageRef: '', state, createdAt, labels: { 'io.kubernetes.pod.uid': uid, 'io.kubernetes.container.name': name }, annotations: {}, imageId: '' });
   }
   async listContainers(f: ContainerFilter = {}) {
+    this.listCalls++;
     if (this.listError) throw this.listError;
     return this.containers.filter((c) => (!f.state || c.state === f.state) && Object.entries(f.labelSelector ?? {}).every(([k, v]) => c.labels[k] === v));
   }
@@ -118,6 +120,56 @@ describe('CheckpointService.checkpoint', () => {
       ['c-init-new', 120_000],
       ['c-dbg', 120_000],
     ]);
+  });
+
+  it('takes the running container from the pod\'s status without listing the runtime', async () => {
+    const web = pods.pods[0]!;
+    pods.pods[0] = { ...web, status: { containerStatuses: [{ name: 'app', containerID: 'containerd://c-app', state: { running: {} }, image: '', imageID: '', ready: true, restartCount: 0 }] } };
+    const got = await svc().checkpoint(req('default', 'web-0', 'app'));
+    expect(rt.calls.map((c) => c.req.containerId)).toEqual(['c-app']);
+    expect(rt.listCalls).toBe(0);
+    expect(fs.statSync(got.items[0]!).mode & 0o777).toBe(0o600);
+    // A status that shows the container not running (or no ID) is not trusted: the runtime is listed.
+    pods.pods[0] = { ...web, status: { containerStatuses: [{ name: 'app', containerID: 'containerd://c-app', state: { terminated: { exitCode: 0 } }, image: '', imageID: '', ready: false, restartCount: 0 }] } };
+    await svc().checkpoint(req('default', 'web-0', 'app'));
+    expect(rt.listCalls).toBe(1);
+  });
+
+  it('a status a restart old: the runtime\'s failure for that ID is retried once with the container running now', async () => {
+    pods.pods[0] = { ...pods.pods[0]!, status: { containerStatuses: [{ name: 'app', containerID: 'containerd://c-app-old', state: { running: {} }, image: '', imageID: '', ready: true, restartCount: 0 }] } };
+    const behave = rt.behave;
+    rt.behave = async (r) => {
+      if (r.containerId === 'c-app-old') {
+        await fsp.writeFile(r.location, 'half an archive of a container that just exited');
+        throw new NodeletError('INTERNAL', 'CheckpointContainer: rpc error: code = Unknown desc = container c-app-old is not running');
+      }
+      await behave(r);
+    };
+    const got = await svc().checkpoint(req('default', 'web-0', 'app'));
+    const file = path.join(cpDir(), 'checkpoint-web-0_default-app-2026-11-22T23:40:05Z.tar');
+    expect(got).toEqual({ items: [file] });
+    // Both calls at the same (new) path: the first one's leftovers were removed before the retry.
+    expect(rt.calls.map((c) => [c.req.containerId, c.req.location])).toEqual([
+      ['c-app-old', file],
+      ['c-app', file],
+    ]);
+    expect(rt.listCalls).toBe(1);
+    expect(await fsp.readdir(cpDir())).toEqual([path.basename(file)]);
+
+    // When the runtime runs no other container of that name, the runtime's own failure is answered, once.
+    rt.calls = [];
+    rt.containers = rt.containers.filter((c) => c.id !== 'c-app');
+    await expect(svc().checkpoint(req('default', 'web-0', 'app'))).rejects.toMatchObject({
+      code: 'INTERNAL',
+      message: 'checkpointing of default/web-0/app failed (CheckpointContainer: rpc error: code = Unknown desc = container c-app-old is not running)',
+    });
+    expect(rt.calls.map((c) => c.req.containerId)).toEqual(['c-app-old']);
+    expect(await fsp.readdir(cpDir())).toEqual([path.basename(file)]);
+    // Nor is a failure of the very container the runtime still runs retried.
+    rt.calls = [];
+    rt.add('uid-web', 'app', 'c-app-old');
+    await expect(svc().checkpoint(req('default', 'web-0', 'app'))).rejects.toMatchObject({ code: 'INTERNAL' });
+    expect(rt.calls.map((c) => c.req.containerId)).toEqual(['c-app-old']);
   });
 
   it('rejects bad segments and timeouts before any lookup', async () => {
