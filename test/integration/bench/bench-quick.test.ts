@@ -18,6 +18,7 @@ const BENCHES: [string, number][] = [
   ['api-pod-start', 30_000],
   ['exec-stream', 30_000],
   ['watch-burst', 30_000],
+  ['checkpoint', 10_000],
 ];
 /** One containerd for all of them (they run one after another): starting one per benchmark costs seconds each. */
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-bench';
