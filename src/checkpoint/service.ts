@@ -117,6 +117,16 @@ function existsNoFollow(p: string): boolean {
   }
 }
 
+/** lstat, or undefined when nothing has this name; other errors thrown. */
+function lstatOrUndefined(p: string): fs.Stats | undefined {
+  try {
+    return fs.lstatSync(p);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
 /** The spec's 500 for anything the runtime did wrong during a checkpoint (see the file comment). */
 function runtimeFailure(ns: string, pod: string, container: string, err: unknown): NodeletError {
   const detail = errorMessage(err);
@@ -205,7 +215,7 @@ export class CheckpointService {
     const started = this.#o.clock.now();
     let containerId = known ?? (await this.#runningContainer(ns, podName, containerName, uid));
 
-    await this.#ensureDir();
+    this.#ensureDir();
     const { name, issued } = await this.#reserveName(key, podName, ns, containerName);
     const location = path.join(this.dir, name);
     const call = (id: string) =>
@@ -273,20 +283,21 @@ export class CheckpointService {
     return { name, issued: { second, seq: parseArchiveName(name)?.seq ?? fromSeq } };
   }
 
-  async #ensureDir(): Promise<void> {
+  /**
+   * Synchronous, as the name probe and the archive check: one lstat of nodelet's own
+   * directory when it exists (every request but the first), microseconds as a call against
+   * a thread-pool round trip of 0.1-0.4 ms on a loaded node.
+   */
+  #ensureDir(): void {
     try {
-      // One lstat when the directory exists (every request but the first).
-      let st = await fsp.lstat(this.dir).catch((err: NodeJS.ErrnoException) => {
-        if (err.code !== 'ENOENT') throw err;
-        return undefined;
-      });
+      let st = lstatOrUndefined(this.dir);
       if (!st) {
-        await fsp.mkdir(this.dir, { recursive: true, mode: 0o700 });
-        st = await fsp.lstat(this.dir);
+        fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+        st = fs.lstatSync(this.dir);
       }
       if (!st.isDirectory()) throw new Error('exists and is not a directory');
       if ((st.mode & 0o077) !== 0) {
-        await fsp.chmod(this.dir, 0o700);
+        fs.chmodSync(this.dir, 0o700);
         this.#log.warn({ dir: this.dir, mode: (st.mode & 0o777).toString(8) }, 'checkpoint directory was accessible to others; made it 0700');
       }
     } catch (err) {

@@ -248,6 +248,36 @@ export async function readBoundedText(file: string, o: ReadBoundedOptions): Prom
  * blocking open, and the read is bounded.
  */
 export function readBoundedFileSync(file: string, o: ReadBoundedOptions): Buffer {
+  const { fd } = openRegularFileSync(file, o);
+  try {
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for (;;) {
+      const buf = Buffer.allocUnsafe(Math.min(64 * 1024, o.maxBytes + 1 - total));
+      let n: number;
+      try {
+        n = fs.readSync(fd, buf, 0, buf.length, null);
+      } catch (err) {
+        throw ioError(file, o.what, err);
+      }
+      if (n === 0) break;
+      chunks.push(buf.subarray(0, n));
+      total += n;
+      if (total > o.maxBytes) throw refused(file, o.what, `grew past the ${formatBytes(o.maxBytes)} limit for a ${o.what} while being read`, { size: total, limit: o.maxBytes });
+    }
+    return Buffer.concat(chunks, total);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/**
+ * openRegularFile's synchronous twin (steps 1-4, without reading): for startup reads in a
+ * synchronous API, and for a few syscalls on a file nodelet's own directory holds, where a
+ * thread-pool round trip per call would cost more than the calls (checkpoint archives).
+ * The caller reads and closes `fd`.
+ */
+export function openRegularFileSync(file: string, o: SafeOpenOptions & { maxBytes?: number }): { fd: number; stats: fs.Stats } {
   const nofollow = o.noFollow ? O_NOFOLLOW : 0;
   let pathFd: number | undefined;
   try {
@@ -293,22 +323,9 @@ export function readBoundedFileSync(file: string, o: ReadBoundedOptions): Buffer
     }
     const again = fs.fstatSync(fd);
     if (!sameInode(st, again) || !again.isFile()) throw refused(file, o.what, 'changed while it was being opened: refused');
-    const chunks: Buffer[] = [];
-    let total = 0;
-    for (;;) {
-      const buf = Buffer.allocUnsafe(Math.min(64 * 1024, o.maxBytes + 1 - total));
-      let n: number;
-      try {
-        n = fs.readSync(fd, buf, 0, buf.length, null);
-      } catch (err) {
-        throw ioError(file, o.what, err);
-      }
-      if (n === 0) break;
-      chunks.push(buf.subarray(0, n));
-      total += n;
-      if (total > o.maxBytes) throw refused(file, o.what, `grew past the ${formatBytes(o.maxBytes)} limit for a ${o.what} while being read`, { size: total, limit: o.maxBytes });
-    }
-    return Buffer.concat(chunks, total);
+    const opened = fd;
+    fd = undefined;
+    return { fd: opened, stats: st };
   } finally {
     if (fd !== undefined) fs.closeSync(fd);
     if (pathFd !== undefined) fs.closeSync(pathFd);
