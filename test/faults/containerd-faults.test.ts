@@ -20,7 +20,9 @@
  * another process), nodelet logged the runtime not ready and then ready, every desired pod
  * has exactly one ready sandbox and one running container, no sandbox of a removed pod is
  * left, and the pods nobody changed kept their container IDs (the shims outlived
- * containerd: nothing was restarted). Convergence: from containerd answering again to that
+ * containerd: nothing was restarted), and no containerd-shim-runc-v2 of this containerd
+ * is left for a sandbox nodelet removed (checked again after the sequence, once the pods
+ * added during the faults are removed too: one shim per stable pod, none other). Convergence: from containerd answering again to that
  * state with the runtime logged ready. Short profile (CI): one kill and one hang; full: six
  * faults (kill, socket and hang twice each, seeded order), the first kill 30 s long.
  */
@@ -34,8 +36,11 @@ import { startHealthzPoller } from '../helpers/healthz-poller.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../helpers/nodelet.js';
 import { pick, procUsage, rng, SEED, Tally } from './report.js';
 
-/** This file's containerd: it kills, freezes and restarts it, so nothing else may use it. */
-const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-faults';
+/**
+ * This file's containerd: it kills, freezes and restarts it, so nothing else may use it.
+ * NODELET_FAULTS_CONTAINERD_DIR names another base dir (a second run beside CI's).
+ */
+const CONTAINERD_DIR = process.env.NODELET_FAULTS_CONTAINERD_DIR ?? '/var/lib/nodelet-dev/containerd-faults';
 const PIDFILE = path.join(CONTAINERD_DIR, 'containerd.pid');
 const SOCKET = path.join(CONTAINERD_DIR, 'containerd.sock');
 const CALL_TIMEOUT_MS = 2_000;
@@ -145,6 +150,45 @@ async function stableContainers(): Promise<Map<string, string>> {
   return out;
 }
 
+/**
+ * The containerd-shim-runc-v2 processes serving this file's containerd (`-address` its
+ * socket), by the ID they serve (`-id`: the sandbox, whose shim also runs its containers).
+ */
+function shims(): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let argv: string[];
+    try {
+      argv = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue; // gone meanwhile
+    }
+    if (path.basename(argv[0] ?? '') !== 'containerd-shim-runc-v2') continue;
+    const flag = (name: string) => (argv.indexOf(name) >= 0 ? argv[argv.indexOf(name) + 1] : undefined);
+    const id = flag('-id');
+    if (flag('-address') === SOCKET && id) out.set(id, Number(entry));
+  }
+  return out;
+}
+
+/** Every sandbox ID seen in this file's containerd, with its pod: names the pod of an orphaned shim. */
+const seenSandboxes = new Map<string, string>();
+
+/**
+ * Undefined when every shim of this containerd serves a sandbox it still lists; else the
+ * orphans: shims left running for sandboxes nodelet removed (a shim exits once its sandbox
+ * is stopped and removed; one that stays holds a process, its mounts and memory for good).
+ */
+async function orphanedShims(): Promise<string | undefined> {
+  const listed = await mine();
+  for (const s of listed) seenSandboxes.set(s.id, s.labels['io.kubernetes.pod.name'] ?? '?');
+  const live = new Set(listed.map((s) => s.id));
+  const orphans = [...shims()].filter(([id]) => !live.has(id));
+  if (orphans.length === 0) return undefined;
+  return orphans.map(([id, pid]) => `shim ${pid} for sandbox ${id.slice(0, 12)} (${seenSandboxes.has(id) ? `pod ${seenSandboxes.get(id)}, removed` : 'never listed here'})`).join(', ');
+}
+
 const records = () => nodelet!.records;
 const notReadyAfter = (from: number) => records().slice(from).find((r) => r.level === 'warn' && /container runtime .* is not ready/.test(r.msg));
 const readyAfter = (from: number) => records().slice(from).find((r) => /container runtime .* is ready:/.test(r.msg));
@@ -181,6 +225,7 @@ describe(`runtime faults on containerd (seed ${SEED})`, () => {
     for (const [i, kind] of kinds.entries()) {
       const before = await stableContainers();
       expect([...before.keys()].sort(), `before ${kind}: every stable pod runs`).toEqual(STABLE.map((s) => `${s}-${NODE}`));
+      for (const s of await mine()) seenSandboxes.set(s.id, s.labels['io.kubernetes.pod.name'] ?? '?');
       const from = records().length;
       const cpid = containerdPid();
       // The first kill of the full profile is the 30 s outage; the others hold a window.
@@ -241,7 +286,25 @@ describe(`runtime faults on containerd (seed ${SEED})`, () => {
       expect(nodelet!.pid).toBe(pid);
       expect(nodelet!.child.exitCode).toBeNull();
       tally.add('converged without a restart');
+      // The pod removed during the fault: its sandbox gone from containerd, and its shim too.
+      let orphans: string | undefined;
+      await eventually(async () => (orphans = await orphanedShims()) === undefined, 15_000, 200).catch(() => {
+        throw new Error(`${kind} (fault ${i}): shims left for removed sandboxes 15 s after convergence: ${orphans}`);
+      });
+      tally.add('shim checks without an orphan');
     }
+    // After the sequence, the pods added during the faults removed too: one shim per stable pod, nothing else.
+    for (const f of fs.readdirSync(manifests)) if (/^x\d+\.yaml$/.test(f)) fs.rmSync(path.join(manifests, f));
+    await eventually(async () => (last = await settled()) === undefined, 60_000, 200).catch(() => {
+      throw new Error(`after the faults, the extra pods not removed: ${last}`);
+    });
+    let orphans: string | undefined;
+    await eventually(async () => (orphans = await orphanedShims()) === undefined, 15_000, 200).catch(() => {
+      throw new Error(`after the faults and the extra pods' removal, shims left for removed sandboxes: ${orphans}`);
+    });
+    const stableSandboxes = new Set((await mine()).map((s) => s.id));
+    expect([...shims().keys()].sort(), 'one shim per stable pod, none other').toEqual([...stableSandboxes].sort());
+    tally.note('sandboxes seen during the run (all removed but the stable ones, shims gone with them)', seenSandboxes.size);
     const samples = await poller.stop();
     poller = undefined;
     const usage1 = procUsage(pid);
