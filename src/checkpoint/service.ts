@@ -29,7 +29,8 @@
  *    when a timeout is given, else runtimeRequestTimeout;
  * 8. the archive verified (regular file, a whole tar archive walked header by header
  *    without reading the members' data: a truncated, empty or non-tar file is 500 with
- *    the reason) and made 0600; only then 200 `{"items":["<path>"]}`. A failure removes what the runtime may have left there.
+ *    the reason) and made 0600; only then 200 `{"items":["<path>"]}`. A failure removes
+ *    what the runtime may have left there.
  * 9. retention (optional, keep the newest N of this container) after a success: the new
  *    archive and the newest N-1 others stay; the archive being answered is never removed.
  *

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock } from '../../../src/clock.js';
@@ -179,6 +180,22 @@ describe('authentication and authorization over real TLS', () => {
     expect(r.status).toBe(401);
     const serverOnly = await ca.issue({ cn: 'bob', eku: ['1.3.6.1.5.5.7.3.1'] });
     expect((await request(`${url}/pods`, { ca: serving.cert, cert: serverOnly.cert, key: serverOnly.key })).status).toBe(401);
+  });
+
+  it('refuses TLS 1.2 renegotiation: a connection keeps the client certificate it was authenticated with', async () => {
+    const { url } = await startNode();
+    const sock = tls.connect({ host: '127.0.0.1', port: Number(new URL(url).port), servername: 'node-a', maxVersion: 'TLSv1.2', ...asAlice() });
+    const failed = new Promise<Error>((resolve) => sock.once('error', resolve));
+    await new Promise<void>((resolve, reject) => {
+      sock.once('secureConnect', resolve);
+      sock.once('error', reject);
+    });
+    expect(sock.getProtocol()).toBe('TLSv1.2');
+    // A renegotiation could present another certificate after the server read this one (once per connection).
+    const renegotiated = new Promise<string>((resolve) => sock.renegotiate({}, (err) => resolve(err ? `error: ${err.message}` : 'renegotiated')));
+    const outcome = await Promise.race([renegotiated, failed.then((e) => `connection error: ${e.message}`)]);
+    sock.destroy();
+    expect(outcome).toMatch(/no renegotiation/);
   });
 
   it('403 from a Webhook denial, with the kubelet message and the reason; the SAR carries CN, O and the node attributes', async () => {
