@@ -139,6 +139,8 @@ function validateMetadata(p: Problems, meta: unknown): void {
   if (typeof name !== 'string' || !name) p.add('metadata.name', 'required');
   else if (!isDnsSubdomain(name)) p.add('metadata.name', `${show(name)} is not a valid DNS-1123 subdomain (at most 253 lower-case alphanumerics, "-" and ".")`);
   if (m.namespace !== undefined && !isDnsLabel(m.namespace)) p.add('metadata.namespace', `${show(m.namespace)} is not a valid namespace name (a DNS-1123 label of at most 63 characters)`);
+  // A declared UID is kept, as the kubelet keeps it (an empty one is derived); it names directories, so only a UID's characters.
+  if (m.uid !== undefined && m.uid !== '' && !isPodUid(m.uid)) p.add('metadata.uid', `${show(m.uid)} is not a valid UID (at most 128 letters, digits and "-")`);
   p.stringMap(m, 'labels', 'metadata', labelValueProblem);
   const ann = p.stringMap(m, 'annotations', 'metadata');
   const size = Object.entries(ann).reduce((n, [k, v]) => n + Buffer.byteLength(k) + Buffer.byteLength(v), 0);

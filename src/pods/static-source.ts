@@ -34,6 +34,14 @@ export const ANN_CONFIG_SOURCE = 'kubernetes.io/config.source';
 export const ANN_CONFIG_HASH = 'kubernetes.io/config.hash';
 export const ANN_CONFIG_SEEN = 'kubernetes.io/config.seen';
 
+/** Each parsed static pod's content hash (the derived UID): tells an edit of a pod whose UID is declared. */
+const versions = new WeakMap<Pod, string>();
+
+/** The content hash of a pod podFromManifest made (what its UID is when none is declared); undefined for any other object. */
+export function manifestVersion(pod: Pod): string | undefined {
+  return versions.get(pod);
+}
+
 /** Stable JSON (sorted keys), so that the UID depends on content, not key order. */
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
@@ -106,16 +114,20 @@ function podFromDocuments(docs: unknown[], file: string, nodeName: string): Pod 
 
   const manifest = doc as Pod;
   const hash = crypto.createHash('sha256').update(canonical(manifest)).update(`\0host:${nodeName}\0file:${file}`).digest('hex').slice(0, 32);
+  // The kubelet's applyDefaults: a UID the manifest declares is kept (config.hash is then that
+  // UID too); only an unset or empty one is derived. An edited file with a declared UID is the
+  // same pod, updated in place, so what changed is told by the content hash (podVersion).
+  const uid = manifest.metadata!.uid ? manifest.metadata!.uid : hash;
   const spec = manifest.spec!;
-  return {
+  const pod: Pod = {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: {
       ...manifest.metadata,
       name: `${manifest.metadata!.name}-${nodeName}`,
       namespace: manifest.metadata!.namespace ?? 'default',
-      uid: hash,
-      annotations: { ...(manifest.metadata!.annotations ?? {}), [ANN_CONFIG_SOURCE]: 'file', [ANN_CONFIG_HASH]: hash },
+      uid,
+      annotations: { ...(manifest.metadata!.annotations ?? {}), [ANN_CONFIG_SOURCE]: 'file', [ANN_CONFIG_HASH]: uid },
     },
     spec: {
       ...spec,
@@ -127,6 +139,8 @@ function podFromDocuments(docs: unknown[], file: string, nodeName: string): Pod 
       ...(spec.initContainers ? { initContainers: spec.initContainers.map(defaultContainer) } : {}),
     },
   };
+  versions.set(pod, hash);
+  return pod;
 }
 
 export interface StaticPodSourceOptions {
@@ -142,6 +156,8 @@ export interface StaticPodSourceOptions {
 interface FileState {
   key: string; // device, inode, size, mtime, mode (or the stat error): re-read only when it changes
   pod?: Pod;
+  /** The pod's content hash (manifestVersion): an edit of a pod with a declared UID keeps its UID, not this. */
+  version?: string;
 }
 
 export class StaticPodSource extends LoopOwner {
@@ -248,7 +264,8 @@ export class StaticPodSource extends LoopOwner {
     }
     try {
       const text = await readBoundedText(file, { maxBytes: FILE_LIMITS.staticPodManifest, what: MANIFEST });
-      return { key, pod: await podFromManifestAsync(text, file, nodeName) };
+      const pod = await podFromManifestAsync(text, file, nodeName);
+      return { key, pod, version: manifestVersion(pod) ?? '' };
     } catch (err) {
       return skip(key, err);
     }
@@ -283,32 +300,35 @@ export class StaticPodSource extends LoopOwner {
     this.#files = next;
 
     // Two files with the same pod: the first in lexical order wins, as the kubelet keeps the first.
-    const byName = new Map<string, Pod>();
+    // Likewise two files declaring the same UID (one UID is one pod).
+    const byName = new Map<string, FileState & { pod: Pod }>();
+    const uids = new Set<string>();
     const dupLogged = new Set<string>();
     for (const [file, s] of next) {
       if (!s.pod) continue;
       const full = `${s.pod.metadata!.namespace}/${s.pod.metadata!.name}`;
-      if (byName.has(full)) {
+      const uid = s.pod.metadata!.uid!;
+      if (byName.has(full) || uids.has(uid)) {
         const k = `${file}@${s.key}`;
-        if (!this.#dupLogged.has(k)) logger.warn({ file, pod: full }, `skipping static pod manifest ${file}: pod ${full} is already defined by another file`);
+        const what = byName.has(full) ? `pod ${full}` : `uid ${uid}`;
+        if (!this.#dupLogged.has(k)) logger.warn({ file, pod: full }, `skipping static pod manifest ${file}: ${what} is already defined by another file`);
         dupLogged.add(k);
         continue;
       }
-      byName.set(full, s.pod);
+      byName.set(full, s as FileState & { pod: Pod });
+      uids.add(uid);
     }
     this.#dupLogged = dupLogged;
-    const pods = [...byName.values()];
-    const ids = pods.map((p) => p.metadata!.uid).join(',');
+    const pods = [...byName.values()].map((s) => s.pod);
+    const ids = [...byName.values()].map((s) => `${s.pod.metadata!.uid}@${s.version}`).join(',');
     if (this.#delivered && ids === this.#current) return;
     this.#delivered = true;
     this.#current = ids;
     // config.seen: when nodelet first saw this version of the pod (not part of its UID).
     const seen = new Date().toISOString();
     this.#pods = pods.map((p) => (p.metadata!.annotations![ANN_CONFIG_SEEN] ? p : withSeen(p, seen)));
-    for (const f of this.#files.values()) {
-      const p = this.#pods.find((q) => q.metadata!.uid === f.pod?.metadata?.uid);
-      if (p) f.pod = p;
-    }
+    // The files keep the pods as delivered (with config.seen): an unchanged file is not read again.
+    [...byName.values()].forEach((f, i) => (f.pod = this.#pods[i]!));
     this.#o.onChange(this.#pods);
   }
 }

@@ -38,6 +38,29 @@ describe('podFromManifest', () => {
     expect(podFromManifest(yaml('web'), '/m/web2.yaml', 'n').metadata!.uid).not.toBe(a);
   });
 
+  it('keeps a UID the manifest declares, as the kubelet (applyDefaults), config.hash included; an empty one is derived', () => {
+    const uid = '3f0c7c2e-6b1d-4f5a-9d7e-0a1b2c3d4e5f';
+    const declared = yaml('web').replace('  name: web\n', `  name: web\n  uid: ${uid}\n`);
+    const p = podFromManifest(declared, '/m/web.yaml', 'node1');
+    expect(p.metadata).toMatchObject({ name: 'web-node1', uid, annotations: { 'kubernetes.io/config.hash': uid } });
+    // Another content, node or file: still the declared UID (the kubelet only derives an unset one).
+    expect(podFromManifest(declared.replace('image: busybox', 'image: busybox:2'), '/m/other.yaml', 'node2').metadata!.uid).toBe(uid);
+    const empty = podFromManifest(yaml('web').replace('  name: web\n', "  name: web\n  uid: ''\n"), '/m/web.yaml', 'node1');
+    expect(empty.metadata!.uid).toMatch(/^[0-9a-f]{32}$/);
+    expect(empty.metadata!.annotations!['kubernetes.io/config.hash']).toBe(empty.metadata!.uid);
+  });
+
+  it.each([
+    ['a path', '../../etc'],
+    ['a slash', 'a/b'],
+    ['a number', 42],
+    ['too long', 'a'.repeat(129)],
+    ['a NUL', 'a\u0000b'],
+  ])('a declared UID that is %s is refused naming metadata.uid', (_n, uid) => {
+    const text = JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'x', uid }, spec: { containers: [{ name: 'a', image: 'b' }] } });
+    expect(() => podFromManifest(text, '/m/bad.yaml', 'n')).toThrow(/metadata\.uid: .* is not a valid UID/);
+  });
+
   it('reads manifests as YAML 1.1, as Kubernetes does: an octal mode 0644 is 420', () => {
     const text = `${yaml('vol')}  volumes:\n  - name: cfg\n    configMap: {name: c, defaultMode: 0644}\n`;
     const p = podFromManifest(text, '/m/vol.yaml', 'n');
@@ -95,6 +118,32 @@ describe('StaticPodSource', () => {
     const last = sets.at(-1)!;
     expect(last.map((p) => p.metadata!.name)).toEqual(['a-n']);
     expect(last[0]!.metadata!.uid).not.toBe(uidA);
+  });
+
+  it('an edited file whose pod declares its UID is delivered again: same UID, the new spec', async () => {
+    const { dir, sets, src } = setup();
+    const withUid = (extra: string) => yaml('a', extra).replace('  name: a\n', '  name: a\n  uid: 0123-abcd\n');
+    fs.writeFileSync(path.join(dir, 'a.yaml'), withUid(':1'));
+    await src.scan();
+    await src.scan();
+    expect(sets.length).toBe(1);
+    fs.writeFileSync(path.join(dir, 'a.yaml'), withUid(':2'));
+    await src.scan();
+    expect(sets.length).toBe(2);
+    expect(sets[1]!.map((p) => [p.metadata!.uid, p.spec!.containers[0]!.image])).toEqual([['0123-abcd', 'busybox:2']]);
+  });
+
+  it('two files declaring the same UID: the first in lexical order wins, the other is logged once', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'static-uid-'));
+    const lines: string[] = [];
+    const logger = { warn: (_o: unknown, msg: string) => lines.push(msg), info: () => undefined } as unknown as Logger;
+    const sets: Pod[][] = [];
+    const src = new StaticPodSource({ dir, nodeName: 'n', logger, onChange: (p) => sets.push(p), rescanMs: 60_000 });
+    for (const name of ['b', 'a']) fs.writeFileSync(path.join(dir, `${name}.yaml`), yaml(name).replace(`  name: ${name}\n`, `  name: ${name}\n  uid: same-uid\n`));
+    await src.scan();
+    await src.scan();
+    expect(sets.at(-1)!.map((p) => p.metadata!.name)).toEqual(['a-n']);
+    expect(lines).toEqual([`skipping static pod manifest ${path.join(dir, 'b.yaml')}: uid same-uid is already defined by another file`]);
   });
 
   it('two files defining the same pod: the first in lexical order wins', async () => {
