@@ -39,12 +39,16 @@ export interface PodNode {
   close(): Promise<void>;
 }
 
+/** What `beforeStart` gets: the node's folders and runtime, before its nodelet starts. */
+export type PodNodePaths = Pick<PodNode, 'name' | 'dir' | 'manifests' | 'rootDir' | 'logsDir' | 'endpoint' | 'cri'>;
+
 /**
  * `kubeconfig`: connected to that control plane (else standalone); `containerdDir`: a
  * containerd of the caller's own (default PODS_CONTAINERD_DIR); `name`: the node's name
- * (default NODE_NAME); `config`: more KubeletConfiguration fields (they win over the harness's).
+ * (default NODE_NAME); `config`: more KubeletConfiguration fields (they win over the harness's);
+ * `beforeStart`: runs before nodelet starts (what another agent left on the node).
  */
-export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean> } = {}): Promise<PodNode> {
+export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean>; beforeStart?: (paths: PodNodePaths) => Promise<void> } = {}): Promise<PodNode> {
   const { endpoint } = await ensureContainerd({ dir: o.containerdDir ?? PODS_CONTAINERD_DIR });
   const name = o.name ?? NODE_NAME;
   const dir = tempDir('nodelet-pods-');
@@ -70,6 +74,12 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
   });
   const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', name, '--container-log-dir', containerLogDir, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
+  try {
+    await o.beforeStart?.({ name, dir, manifests, rootDir, logsDir, endpoint, cri });
+  } catch (err) {
+    cri.close();
+    throw err;
+  }
   const node: PodNode = {
     name,
     dir,
@@ -160,4 +170,12 @@ export function containerLog(node: PodNode, pod: Pod, container: string, n = 0):
 export function boundPod(nodeName: string, name: string, script: string, extra: Parameters<typeof busyboxPod>[2] = {}): Pod {
   const p = busyboxPod(name, script, extra) as Pod;
   return { ...p, metadata: { ...p.metadata, namespace: 'default' }, spec: { ...p.spec!, nodeName } };
+}
+
+/** `kubelet_runtime_operations_total` of this node's nodelet process, by operation_type, from its read-only port. */
+export async function runtimeOperations(node: Pick<PodNode, 'readOnlyPort'>): Promise<Record<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${node.readOnlyPort}/metrics`)).text();
+  const ops: Record<string, number> = {};
+  for (const m of text.matchAll(/^kubelet_runtime_operations_total\{operation_type="([a-z_]+)"\} (\d+)$/gm)) ops[m[1]!] = Number(m[2]);
+  return ops;
 }

@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NODES, PODS } from '../../../src/controlplane/client.js';
 import { eventually } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { boundPod, podContainers, startPodNode, type PodNode } from './harness.js';
+import { boundPod, podContainers, runtimeOperations, startPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-node-lifecycle';
 const GRACE_MS = 4000;
@@ -52,14 +52,6 @@ async function nodelet(name: string, config: Record<string, string | number | bo
 const cond = (n: Node | undefined, type: string) => n?.status?.conditions?.find((c) => c.type === type);
 const getNode = (name: string) => cluster.api.get<Node>(NODES, { name }).catch(() => undefined);
 const getPod = (name: string) => cluster.api.get<Pod>(PODS, { namespace: 'default', name });
-
-/** `kubelet_runtime_operations_total` of this nodelet process, by operation_type, from its read-only port. */
-async function runtimeOperations(node: PodNode): Promise<Record<string, number>> {
-  const text = await (await fetch(`http://127.0.0.1:${node.readOnlyPort}/metrics`)).text();
-  const ops: Record<string, number> = {};
-  for (const m of text.matchAll(/^kubelet_runtime_operations_total\{operation_type="([a-z_]+)"\} (\d+)$/gm)) ops[m[1]!] = Number(m[2]);
-  return ops;
-}
 
 describe('pressure conditions from the machine', () => {
   it('evictionHard thresholds above what the machine has: MemoryPressure, DiskPressure and PIDPressure True, with the kubelet reasons', async () => {
