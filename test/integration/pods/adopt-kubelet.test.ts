@@ -17,6 +17,7 @@ import path from 'node:path';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS } from '../../../src/controlplane/client.js';
+import { containerHash } from '../../../src/pods/container-hash.js';
 import { LABEL_MANAGED_BY, LABEL_NODELET_NODE } from '../../../src/pods/labels.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { BUSYBOX_IMAGE } from '../../helpers/containerd.js';
@@ -122,6 +123,10 @@ describe('taking a node over from a kubelet', () => {
       expect(Object.keys(sandbox!.labels).sort()).toEqual(['app', 'io.kubernetes.pod.name', 'io.kubernetes.pod.namespace', 'io.kubernetes.pod.uid']);
       for (const c of await podContainers(node.cri, uids[which])) {
         expect(Object.keys(c.labels).sort()).toEqual(['io.kubernetes.container.name', 'io.kubernetes.pod.name', 'io.kubernetes.pod.namespace', 'io.kubernetes.pod.uid']);
+        // The kubelet's annotations: its hash of name and image, the restart count its metadata's attempt.
+        const spec = legacySpec().containers.find((x) => x.name === c.metadata.name)!;
+        expect(c.annotations).toMatchObject({ 'io.kubernetes.container.hash': containerHash(spec), 'io.kubernetes.container.restartCount': String(c.metadata.attempt), 'io.kubernetes.pod.terminationGracePeriod': '2', 'io.kubernetes.container.terminationMessagePolicy': spec.terminationMessagePolicy });
+        expect(c.annotations['io.kubernetes.container.ports']).toBe(spec.name === 'web' ? '[{"name":"http","containerPort":8080,"protocol":"TCP"}]' : undefined);
       }
     }
   });
