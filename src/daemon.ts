@@ -37,7 +37,7 @@ import { configzBody } from './metrics/configz.js';
 import type { Observability } from './server/https-server.js';
 import { PodSources } from './pods/sources.js';
 import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './system/host-facts.js';
-import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords } from './system/root-dir.js';
+import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords, removeRootDirTempFiles } from './system/root-dir.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
 export interface NodeletFlags {
@@ -220,6 +220,7 @@ export class Daemon {
     const root = this.#deps.flags.rootDir;
     const log = this.#log.child({ component: 'root-dir' });
     await ensureRootDirLayout(root);
+    await removeRootDirTempFiles(root, log, [this.#deps.flags.certDir]);
     await ensureDeviceCheckpoint(root, log);
     this.#imageRecords = new ImagePullRecords(root, log);
     await this.#imageRecords.recover();

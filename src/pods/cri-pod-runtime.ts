@@ -40,7 +40,7 @@ import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
 import type { Mounter } from './subpath.js';
 import type { NodeSwap } from './swap.js';
-import type { ImagePullRecords } from '../system/root-dir.js';
+import { writeFileAtomic, type ImagePullRecords } from '../system/root-dir.js';
 import { containerResources, podResourceInfo, type AllocationRecords } from './allocation.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from './log-symlinks.js';
@@ -448,9 +448,7 @@ export class CriPodRuntime implements PodRuntime {
     const dir = podDir(this.#o.rootDir, pod.metadata?.uid ?? '');
     await fs.mkdir(dir, { recursive: true, mode: 0o750 });
     const file = path.join(dir, 'etc-hosts');
-    const tmp = `${file}.${process.pid}.tmp`;
-    await fs.writeFile(tmp, content, { mode: 0o644 });
-    await fs.rename(tmp, file);
+    await writeFileAtomic(file, content, 0o644);
     return file;
   }
 

@@ -22,6 +22,7 @@ import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { FILE_LIMITS, readBoundedText, readFailure } from '../system/safe-file.js';
 import { exists } from '../system/fs-util.js';
+import { writeFileAtomic } from '../system/root-dir.js';
 
 export const SELF_SIGNED_CERT_NAME = 'kubelet.crt';
 export const SELF_SIGNED_KEY_NAME = 'kubelet.key';
@@ -207,15 +208,11 @@ async function ensurePrivateDir(dir: string): Promise<void> {
   }
 }
 
+/** root-dir.ts writeFileAtomic (temp, fsync, rename), its failure as INTERNAL naming the file. */
 async function writeAtomic(file: string, data: string, mode: number): Promise<void> {
-  const tmp = `${file}.${process.pid}.${crypto.randomBytes(4).toString('hex')}.tmp`;
   try {
-    await fsp.writeFile(tmp, data, { mode, flag: 'wx' });
-    // writeFile's mode is filtered by the umask; the key must be exactly 0600.
-    await fsp.chmod(tmp, mode);
-    await fsp.rename(tmp, file);
+    await writeFileAtomic(file, data, mode);
   } catch (err) {
-    await fsp.rm(tmp, { force: true });
     throw new NodeletError('INTERNAL', `writing ${file}: ${errorMessage(err)}`, { file }, { cause: err });
   }
 }

@@ -8,7 +8,7 @@
  *   (idempotent); `checkpoints/` is tightened to 0700 if looser (its archives hold memory).
  * - writeFileAtomic(): every file nodelet writes here goes through it (temp file in the same
  *   directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new
- *   content, never a torn one.
+ *   content, never a torn one; removeLeftoverTempFiles() clears the temp files a crash left.
  * - A corrupt file found at start is logged and rebuilt, never fatal.
  *
  * Reserved, never created: `device-plugins/kubelet.sock` (the registration socket a
@@ -16,6 +16,7 @@
  * there; a plugin sees the same as with a kubelet that has not started its device manager).
  */
 import crypto from 'node:crypto';
+import type { Dirent } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { errorMessage } from '../errors.js';
@@ -47,14 +48,48 @@ export const DEVICE_PLUGIN_SOCKET = 'device-plugins/kubelet.sock';
 const CHECKPOINT_MAX_BYTES = 16 * 1024 * 1024;
 const RECORD_MAX_BYTES = 1024 * 1024;
 
+/** The temp file writeFileAtomic writes `file` through: `.<name>.tmp` beside it. */
+export function atomicTempPath(file: string): string {
+  return path.join(path.dirname(file), `.${path.basename(file)}.tmp`);
+}
+
+/**
+ * A temp file of writeFileAtomic (`.<name>.tmp`), or of the random-suffixed names earlier
+ * versions used (`.<name>.tmp-<pid>-<hex>`, `<name>.<pid>.<hex>.tmp`): what a write a crash
+ * cut short leaves. Never a record: readers open records by their exact names.
+ */
+export function isAtomicTempName(name: string): boolean {
+  return /^\..+\.tmp(-\d+-[0-9a-f]+)?$/.test(name) || /^[^.].*\.\d+\.[0-9a-f]{8}\.tmp$/.test(name);
+}
+
+/** Writes in flight per target path: the one temp name per file is only ever used by one write at a time. */
+const writing = new Map<string, Promise<void>>();
+
 /**
  * Writes `data` to `file` so that readers see the old or the new content, never a part:
- * a temp file in the same directory (O_EXCL, `mode`), fsync, rename over `file`, fsync of the
- * directory. The temp file is removed on failure.
+ * the temp file `.<name>.tmp` in the same directory (a leftover removed first, then created
+ * O_EXCL with `mode`), fsync, rename over `file`, fsync of the directory. Writes of one path
+ * are serialized in this process (the node lock keeps other nodelets out), so one fixed temp
+ * name per file suffices: what a crash leaves is bounded and known (removeLeftoverTempFiles
+ * at start), and a test can name it (strace -P, test/integration/daemon/crash-writes.test.ts).
+ * The temp file is removed on failure.
  */
 export async function writeFileAtomic(file: string, data: string | Uint8Array, mode = 0o600): Promise<void> {
+  const key = path.resolve(file);
+  const run = (writing.get(key) ?? Promise.resolve()).catch(() => undefined).then(() => writeOnce(file, data, mode));
+  writing.set(key, run);
+  try {
+    await run;
+  } finally {
+    if (writing.get(key) === run) writing.delete(key);
+  }
+}
+
+async function writeOnce(file: string, data: string | Uint8Array, mode: number): Promise<void> {
   const dir = path.dirname(file);
-  const tmp = path.join(dir, `.${path.basename(file)}.tmp-${process.pid}-${crypto.randomBytes(4).toString('hex')}`);
+  const tmp = atomicTempPath(file);
+  // A leftover of a crashed write (ours: the lock is held); O_EXCL then never follows a link.
+  await fs.rm(tmp, { force: true });
   const h = await fs.open(tmp, 'wx', mode);
   try {
     try {
@@ -75,6 +110,45 @@ export async function writeFileAtomic(file: string, data: string | Uint8Array, m
   } finally {
     await d.close();
   }
+}
+
+/**
+ * At start, after the lock: removes the temp files (isAtomicTempName) that writes cut short
+ * by a crash left in `dir` (not recursive), each logged with its path. Returns their paths.
+ * A directory that cannot be read is skipped (the layout creates it next).
+ */
+export async function removeLeftoverTempFiles(dir: string, log: Logger): Promise<string[]> {
+  let entries: Dirent[];
+  try {
+    entries = await fs.readdir(dir, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const e of entries) {
+    if (!e.isFile() || !isAtomicTempName(e.name)) continue;
+    const file = path.join(dir, e.name);
+    try {
+      await fs.rm(file, { force: true });
+      removed.push(file);
+      log.warn({ file }, `removed ${file}: the temp file of a write that a crash cut short (the file it was for keeps its previous content)`);
+    } catch (err) {
+      log.warn({ file, err: errorMessage(err) }, `cannot remove the leftover temp file ${file}: ${errorMessage(err)}`);
+    }
+  }
+  return removed;
+}
+
+/**
+ * At start: the temp files writes cut short left where nodelet writes (the root dir,
+ * `device-plugins/`, `pki/` and `extraDirs`, such as a `--cert-dir` elsewhere); image_manager's
+ * go in ImagePullRecords.recover(). Returns the paths removed.
+ */
+export async function removeRootDirTempFiles(rootDir: string, log: Logger, extraDirs: readonly string[] = []): Promise<string[]> {
+  const dirs = new Set([rootDir, path.join(rootDir, 'device-plugins'), path.join(rootDir, 'pki'), ...extraDirs].map((d) => path.resolve(d)));
+  const removed: string[] = [];
+  for (const dir of dirs) removed.push(...(await removeLeftoverTempFiles(dir, log)));
+  return removed;
 }
 
 /** Creates the layout (missing directories only; `enforce` ones are tightened). Idempotent. */
@@ -296,8 +370,9 @@ export class ImagePullRecords {
       for (const name of names) {
         const file = path.join(dir, name);
         if (name.startsWith('.')) {
-          // A temp file of a write a crash cut short.
+          // A temp file of a write a crash cut short: never taken for a record.
           await fs.rm(file, { force: true });
+          this.#log.warn({ file }, `removed ${file}: the temp file of a write that a crash cut short`);
           continue;
         }
         let doc: Record<string, unknown> | undefined;

@@ -14,6 +14,9 @@ import {
   recordFileName,
   ROOT_DIR_LAYOUT,
   writeFileAtomic,
+  atomicTempPath,
+  isAtomicTempName,
+  removeRootDirTempFiles,
   DEVICE_CHECKPOINT_FILE,
   DEVICE_PLUGIN_SOCKET,
 } from '../../../src/system/root-dir.js';
@@ -111,6 +114,42 @@ describe('layout and atomic writes', () => {
     await expect(writeFileAtomic(path.join(dir, 'sub'), 'x')).rejects.toThrow();
     expect(fs.readdirSync(dir).sort()).toEqual(['state', 'sub']);
     expect(fs.readFileSync(f, 'utf8')).toBe('one');
+  });
+
+  it('writes through the one temp name .<name>.tmp; concurrent writes of a path are serialized, the last one wins', async () => {
+    const f = path.join(dir, 'state');
+    expect(atomicTempPath(f)).toBe(path.join(dir, '.state.tmp'));
+    // A temp file a crashed write left (even a half-written one) is replaced, never renamed as is.
+    fs.writeFileSync(atomicTempPath(f), '{"half":');
+    const big = (c: string) => c.repeat(256 * 1024);
+    await Promise.all([writeFileAtomic(f, big('a')), writeFileAtomic(f, big('b')), writeFileAtomic(f, big('c'))]);
+    expect(fs.readFileSync(f, 'utf8')).toBe(big('c'));
+    expect(fs.readdirSync(dir)).toEqual(['state']);
+  });
+
+  it.each([
+    ['.allocated_pods_state.tmp', true],
+    ['.kubelet_internal_checkpoint.tmp-1234-0a1b2c3d', true],
+    ['kubelet.key.4321.deadbeef.tmp', true],
+    ['allocated_pods_state', false],
+    ['kubelet_internal_checkpoint', false],
+    ['.tmp', false],
+    ['kubelet.sock', false],
+    ['notes.tmp', false],
+  ])('isAtomicTempName(%s) = %s', (name, want) => expect(isAtomicTempName(name)).toBe(want));
+
+  it('removeRootDirTempFiles removes the temp files a crash left (root, device-plugins, pki, extra dirs), logs each, keeps the rest', async () => {
+    await ensureRootDirLayout(dir);
+    const certDir = path.join(dir, 'elsewhere');
+    fs.mkdirSync(certDir);
+    const leftovers = [path.join(dir, '.allocated_pods_state.tmp'), path.join(dir, DEVICE_CHECKPOINT_FILE.replace('kubelet_internal', '.kubelet_internal') + '.tmp-99-00ff00ff'), path.join(dir, 'pki', 'kubelet.key.99.00ff00ff.tmp'), path.join(certDir, '.kubelet.crt.tmp')];
+    const kept = [path.join(dir, 'allocated_pods_state'), path.join(dir, DEVICE_CHECKPOINT_FILE), path.join(certDir, 'kubelet.crt')];
+    for (const f of [...leftovers, ...kept]) fs.writeFileSync(f, '{"torn":');
+    const { log, msgs } = warnings();
+    expect((await removeRootDirTempFiles(dir, log, [certDir])).sort()).toEqual([...leftovers].sort());
+    for (const f of leftovers) expect(fs.existsSync(f), f).toBe(false);
+    for (const f of kept) expect(fs.existsSync(f), f).toBe(true);
+    expect(msgs.sort()).toEqual(leftovers.map((f) => `removed ${f}: the temp file of a write that a crash cut short (the file it was for keeps its previous content)`).sort());
   });
 });
 
