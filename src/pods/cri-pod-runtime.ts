@@ -321,6 +321,24 @@ export class CriPodRuntime implements PodRuntime {
     });
   }
 
+  /**
+   * A pod found running (nodelet restarted): its `allocated_pods_state` entry and its running
+   * containers' `actuated_pods_state` entries are written again where missing (the files were
+   * rebuilt empty after a crash or a corruption), as a kubelet re-admits every pod at start.
+   * Writes only what is missing; a write failure is logged by the record, never the pod's.
+   */
+  async adopted(pod: Pod, observed: ObservedPod): Promise<void> {
+    const a = this.#o.allocation;
+    const uid = pod.metadata?.uid ?? '';
+    if (!a || !uid || !observed.sandboxes.some((s) => s.ready)) return;
+    if (!a.allocated.get(uid)) await a.allocated.setPod(uid, podResourceInfo(pod));
+    const specs = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+    for (const c of observed.containers) {
+      const spec = c.state === 'running' ? specs.find((s) => s.name === c.name) : undefined;
+      if (spec && !a.actuated.get(uid)?.ContainerResources[c.name]) await a.actuated.setContainer(uid, c.name, containerResources(spec));
+    }
+  }
+
   async runSandbox(pod: Pod, attempt: number): Promise<string> {
     let cfg: PodSandboxConfig;
     try {

@@ -355,7 +355,10 @@ export class PodManager {
       const observed = listed ?? (await ctx.runtime.observePod(uid));
       const now = ctx.clock.now();
       // A pod adopted already running (nodelet restarted) is not a pod start.
-      if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) this.#firstSeen.delete(uid);
+      if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) {
+        this.#firstSeen.delete(uid);
+        await ctx.runtime.adopted?.(w.pod, observed);
+      }
       const plan = computePodActions(w.pod, observed, now);
       holdFinished(plan, w.pod, observed);
       const waiting: Record<string, Waiting> = { ...plan.waiting };

@@ -22,6 +22,12 @@ export interface PodRuntime {
   listPods(): Promise<ObservedPod[]>;
   /** What the runtime holds for one pod UID (sandboxes and containers, any state). */
   observePod(uid: string): Promise<ObservedPod>;
+  /**
+   * At a worker's first sync of a pod the runtime already runs (adopted after a restart):
+   * fills what the node records about it where missing (a record rebuilt after a crash).
+   * Optional; best effort (never fails the sync).
+   */
+  adopted?(pod: Pod, observed: ObservedPod): Promise<void>;
   /** Creates and starts a sandbox; returns its ID. */
   runSandbox(pod: Pod, attempt: number): Promise<string>;
   stopSandbox(id: string): Promise<void>;

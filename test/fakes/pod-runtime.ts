@@ -43,6 +43,11 @@ export class MemRuntime implements PodRuntime {
       ...(sbs[0]?.node ? { node: sbs[0].node, ...(this.nodeName && sbs[0].node !== this.nodeName ? { foreign: true } : {}) } : {}),
     };
   }
+  /** UIDs `adopted` was called for, in order (not in `calls`). */
+  adoptedPods: string[] = [];
+  async adopted(pod: Pod) {
+    this.adoptedPods.push(pod.metadata!.uid!);
+  }
   failSandbox: NodeletError | undefined;
   async runSandbox(pod: Pod, attempt: number) {
     const id = `s${++this.n}`;

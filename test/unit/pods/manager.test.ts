@@ -79,10 +79,15 @@ describe('PodManager', () => {
     rt.calls = [];
     const m2 = new PodManager({ runtime: rt, logger: silentLogger(), clock });
     m2.setDesired([mkPod('u1')]);
+    expect(rt.adoptedPods).toEqual([]); // a pod it started itself is not adopted
     await m2.syncOnce();
     expect(rt.calls).toEqual([]);
     expect([...rt.containers.keys()]).toEqual(before);
     expect(m2.listPods()[0]!.status!.phase).toBe('Running');
+    // Adopted once, at the worker's first sync: the runtime refills the node's records then.
+    clock.t += 60_000;
+    await m2.syncOnce();
+    expect(rt.adoptedPods).toEqual(['u1']);
   });
 
   it('a crashing container restarts at once, then backs off with CrashLoopBackOff', async () => {
