@@ -6,7 +6,7 @@
 set -euo pipefail
 pkgs=(libsystemd-dev python3 make g++ util-linux iproute2 procps openssl
       containerd runc umoci busybox-static containernetworking-plugins
-      debootstrap systemd-container inotify-tools python3-prometheus-client dbus-daemon)
+      debootstrap systemd-container inotify-tools python3-prometheus-client dbus-daemon strace)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

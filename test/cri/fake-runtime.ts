@@ -20,7 +20,9 @@
  * `execResult` says for the container.
  *
  * Test controls: `failWith` (error per method, optionally N times), `setLatency` (per
- * method), `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
+ * method), `hold`/`release` (calls of a method wait until released, or until their client
+ * goes: a pull a test keeps in flight), `allowPull` (more images "in the registry"),
+ * `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
  * and restarted runtime on the same socket), `calls` (every request, in order).
  * CheckpointContainer writes a real tar archive (tar-stream) at `location`, or what
  * `checkpointArchive` says (truncated, empty, garbage, none).
@@ -164,6 +166,7 @@ export class FakeRuntime {
 
   readonly #errors = new Map<string, InjectedError>();
   readonly #latency = new Map<string, number>();
+  readonly #holds = new Map<string, { times: number; waiting: Set<() => void> }>();
   readonly #reserved = new Map<string, string>(); // name -> owner id
   readonly #pullable: Set<string>;
   #server: grpc.Server | undefined;
@@ -193,6 +196,33 @@ export class FakeRuntime {
   setLatency(method: string, ms: number): void {
     if (ms > 0) this.#latency.set(method, ms);
     else this.#latency.delete(method);
+  }
+
+  /**
+   * The next `times` calls of `method` (default: every one until released) are recorded,
+   * then wait until `release(method)`; a held call whose client went away (cancelled, e.g. a
+   * killed nodelet) fails CANCELLED without running, as a runtime stops on a cancelled context.
+   */
+  hold(method: string, times = Number.POSITIVE_INFINITY): void {
+    this.release(method);
+    this.#holds.set(method, { times, waiting: new Set() });
+  }
+
+  /** Lets the held calls of `method` run, and holds no more. */
+  release(method: string): void {
+    const h = this.#holds.get(method);
+    this.#holds.delete(method);
+    for (const go of h?.waiting ?? []) go();
+  }
+
+  /** Calls of `method` held now. */
+  held(method: string): number {
+    return this.#holds.get(method)?.waiting.size ?? 0;
+  }
+
+  /** More images PullImage can fetch (as the `pullable` option). */
+  allowPull(...refs: string[]): void {
+    for (const r of refs) this.#pullable.add(normalizeImageRef(r));
   }
 
   setConditions(conditions: RuntimeCondition[]): void {
@@ -279,6 +309,19 @@ export class FakeRuntime {
       cancelled = true;
     });
     try {
+      const hold = this.#holds.get(method);
+      if (hold && hold.times > 0) {
+        hold.times--;
+        await new Promise<void>((resolve) => {
+          const go = () => {
+            hold.waiting.delete(go);
+            resolve();
+          };
+          hold.waiting.add(go);
+          call.on('cancelled', go);
+        });
+        if (cancelled) throw grpcError(grpc.status.CANCELLED, 'context canceled');
+      }
       const latency = this.#latency.get(method);
       if (latency) await new Promise((r) => setTimeout(r, latency));
       const injected = this.#errors.get(method);

@@ -82,7 +82,11 @@ export class NodeletProcess {
   }
 }
 
-export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): NodeletProcess {
+/**
+ * `prefix`: a command nodelet runs under (e.g. `['strace', '-f', ...]`, which ends its
+ * argument list with the node binary and nodelet's arguments); `pid` is then the prefix's.
+ */
+export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cwd?: string; prefix?: string[] } = {}): NodeletProcess {
   if (!fs.existsSync(nodeletBin)) throw new Error(`${nodeletBin} is missing: run \`npm run build\` first`);
   const env = { ...process.env, ...opts.env };
   for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'JOURNAL_STREAM'] as const) {
@@ -90,7 +94,9 @@ export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cw
   }
   // NODELET_TEST_NODE_ARGS: extra node flags for a profiling run (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).
   const nodeArgs = (process.env.NODELET_TEST_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, nodeletBin, ...args], { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  const argv = [process.execPath, ...nodeArgs, nodeletBin, ...args];
+  if (opts.prefix?.length) argv.unshift(...opts.prefix);
+  const child = spawn(argv[0]!, argv.slice(1), { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   return new NodeletProcess(child);
 }
 
