@@ -98,7 +98,8 @@ async function stop(): Promise<void> {
 /** Starts nodelet under strace, SIGKILLed at the entry of the first of `syscalls` that touches `file`. */
 function startKilledAt(syscalls: string[], file: string): NodeletProcess {
   const set = syscalls.join(',');
-  node.nodelet = startNodelet(node.args, { prefix: ['strace', '-f', '-qq', '-o', '/dev/null', '-e', `trace=${set}`, '-e', `inject=${set}:signal=SIGKILL`, '-P', file] });
+  // libuv may do file IO through io_uring (no write/rename syscall for strace to stop at): off.
+  node.nodelet = startNodelet(node.args, { env: { UV_USE_IO_URING: '0' }, prefix: ['strace', '-f', '-qq', '-o', '/dev/null', '-e', `trace=${set}`, '-e', `inject=${set}:signal=SIGKILL`, '-P', file] });
   return node.nodelet;
 }
 
