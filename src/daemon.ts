@@ -19,6 +19,7 @@ import { acquireLock, watchContention, type ContentionWatch, type LockHandle } f
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
 import { parseDuration } from './config/duration.js';
+import { isFeatureEnabled } from './config/feature-gates.js';
 import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
 import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
 import { RuntimeHealth, type RuntimeState } from './runtime/health.js';
@@ -28,6 +29,7 @@ import { ContainerLogManager, parseLogMaxSize } from './pods/log-rotation.js';
 import { DEFAULT_CONTAINER_LOG_DIR } from './pods/log-symlinks.js';
 import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
 import { PodManager } from './pods/manager.js';
+import { backoffPolicy } from './pods/plan.js';
 import { StaticPodSource } from './pods/static-source.js';
 import { nodeShutdownFor } from './node/shutdown-manager.js';
 import { Metrics } from './metrics/kubelet.js';
@@ -321,6 +323,10 @@ export class Daemon {
       serializeImagePulls: cfg.serializeImagePulls,
       // A steady pod syncs on a runtime change or a wake-up it asked for, and every syncFrequency.
       syncFrequencyMs: parseDuration(cfg.syncFrequency) || 60_000,
+      crashLoopBackOff: backoffPolicy({
+        reducedDecay: isFeatureEnabled(cfg, 'ReduceDefaultCrashLoopBackOffDecay'),
+        ...(cfg.crashLoopBackOff?.maxContainerRestartPeriod ? { maxContainerRestartPeriodMs: parseDuration(cfg.crashLoopBackOff.maxContainerRestartPeriod) } : {}),
+      }),
       ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
       // Runtime pods another node's agent made are never removed, and reported on this Node.
       nodeName: identity.nodeName,

@@ -15,7 +15,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { NodeletError } from '../errors.js';
 import { parseDurationNs } from './duration.js';
-import { featureGateProblem } from './feature-gates.js';
+import { featureGateProblem, isFeatureEnabled } from './feature-gates.js';
 import { validateShutdownFields } from './validate-shutdown.js';
 import { isJsonObject, pathKey, type Json, type JsonObject } from './merge.js';
 import { parseQuantity, parseThresholdValue } from './quantity.js';
@@ -295,6 +295,16 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
         add(p, (err as Error).message);
       }
     }
+  }
+
+  // The kubelet's rule (KubeletCrashLoopBackOffMax): the period only with its gate, and within 1s..300s.
+  const restartPeriod = get(['crashLoopBackOff', 'maxContainerRestartPeriod']);
+  if (typeof restartPeriod === 'string') {
+    const gates = get(['featureGates']);
+    const on = isFeatureEnabled({ featureGates: isJsonObject(gates) ? (gates as Record<string, boolean>) : {} }, 'KubeletCrashLoopBackOffMax');
+    const ns = parseDurationNs(restartPeriod);
+    if (!on) add(['crashLoopBackOff', 'maxContainerRestartPeriod'], 'must not be set: the feature gate KubeletCrashLoopBackOffMax is not enabled');
+    else if (ns < 1_000_000_000n || ns > 300_000_000_000n) add(['crashLoopBackOff', 'maxContainerRestartPeriod'], `must be between 1s and 300s, got ${JSON.stringify(restartPeriod)}`);
   }
 
   validateShutdownFields(get, add);

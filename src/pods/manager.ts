@@ -17,7 +17,7 @@ import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
 import { podKey } from './lookup.js';
-import { computePodActions, type Waiting } from './plan.js';
+import { computePodActions, type BackoffPolicy, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
 import { ProbeManager } from './probes.js';
 import { computePodStatus, sameJson } from './status.js';
@@ -47,6 +47,8 @@ export interface PodManagerOptions {
    * ended, or its last sync acted or failed.
    */
   syncFrequencyMs?: number;
+  /** The crash-loop back-off (default: the kubelet's 10s doubling to 5m). */
+  crashLoopBackOff?: BackoffPolicy;
   /**
    * Told, with the pod's UID, when what the status writer reads of a pod changed: a sync
    * computed a status that differs from the last one, or the pod left the runtime (no longer
@@ -70,7 +72,7 @@ class Mutex {
 }
 
 export class PodManager {
-  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName'>> & { hostIP?: string; nodeName?: string };
+  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName' | 'crashLoopBackOff'>> & { hostIP?: string; nodeName?: string; crashLoopBackOff?: BackoffPolicy };
   readonly #workers = new Map<string, PodWorker>();
   readonly #pulls = new Mutex();
   #desired = new Map<string, Pod>();
@@ -359,7 +361,7 @@ export class PodManager {
         this.#firstSeen.delete(uid);
         await ctx.runtime.adopted?.(w.pod, observed);
       }
-      const plan = computePodActions(w.pod, observed, now);
+      const plan = computePodActions(w.pod, observed, now, this.#o.crashLoopBackOff);
       holdFinished(plan, w.pod, observed);
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);

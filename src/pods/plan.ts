@@ -8,7 +8,8 @@
  * every app container, restarts per restartPolicy with crash-loop backoff.
  *
  * Backoff is derived from the runtime alone (nodelet keeps no state): the n-th restart
- * of a container waits min(10s * 2^(n-1), 5m) after its last exit, the first restart is
+ * of a container waits min(10s * 2^(n-1), 5m) after its last exit (see backoffPolicy for the
+ * kubelet's settings of both), the first restart is
  * immediate (as the kubelet's first failure has no backoff entry yet), and a container
  * that ran for 10 minutes before exiting starts over at 10s.
  */
@@ -17,6 +18,28 @@ import { containerHash as kubeletContainerHash } from './container-hash.js';
 import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
 
 export const BACKOFF = { initialMs: 10_000, maxMs: 300_000, resetAfterRunMs: 600_000 } as const;
+
+/** The crash-loop back-off's first and longest wait. */
+export interface BackoffPolicy {
+  initialMs: number;
+  maxMs: number;
+}
+
+/**
+ * The kubelet's policy (KEP-4603): 10s doubling to 5m, or 1s doubling to 1m with the gate
+ * ReduceDefaultCrashLoopBackOffDecay; a `crashLoopBackOff.maxContainerRestartPeriod` (gate
+ * KubeletCrashLoopBackOffMax) is then the longest wait, and the first one too when shorter.
+ */
+export function backoffPolicy(o: { reducedDecay?: boolean; maxContainerRestartPeriodMs?: number } = {}): BackoffPolicy {
+  let initialMs: number = o.reducedDecay ? 1_000 : BACKOFF.initialMs;
+  let maxMs: number = o.reducedDecay ? 60_000 : BACKOFF.maxMs;
+  const period = o.maxContainerRestartPeriodMs;
+  if (period !== undefined && period > 0) {
+    maxMs = period;
+    initialMs = Math.min(initialMs, period);
+  }
+  return { initialMs, maxMs };
+}
 
 export interface StartContainer {
   name: string;
@@ -61,12 +84,12 @@ function shouldRestart(policy: string, c: ObservedContainer): boolean {
 }
 
 /** Backoff before restarting `c` (which exited); 0 when it may start now. */
-export function backoffMs(c: ObservedContainer): number {
+export function backoffMs(c: ObservedContainer, policy: BackoffPolicy = BACKOFF): number {
   if (c.restartCount <= 0) return 0;
   if (c.startedAt !== undefined && c.finishedAt !== undefined && c.finishedAt - c.startedAt >= BACKOFF.resetAfterRunMs) {
-    return BACKOFF.initialMs;
+    return policy.initialMs;
   }
-  return Math.min(BACKOFF.maxMs, BACKOFF.initialMs * 2 ** (c.restartCount - 1));
+  return Math.min(policy.maxMs, policy.initialMs * 2 ** (c.restartCount - 1));
 }
 
 /** `<name>_<namespace>(<uid>)`, as the kubelet names a pod in messages. */
@@ -82,7 +105,7 @@ export function containerHash(c: Container): string {
   return kubeletContainerHash(c);
 }
 
-export function computePodActions(pod: Pod, observed: ObservedPod, now: number): PodActions {
+export function computePodActions(pod: Pod, observed: ObservedPod, now: number, backoff: BackoffPolicy = BACKOFF): PodActions {
   const actions: PodActions = { killPod: false, start: [], kill: [], removeContainers: [], removeSandboxes: [], waiting: {} };
   const policy = restartPolicy(pod);
   const inits = pod.spec?.initContainers ?? [];
@@ -148,7 +171,7 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number):
       for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
       return actions;
     } else {
-      restartOrBackOff(pod, spec.name, cur, now, actions, true);
+      restartOrBackOff(pod, spec.name, cur, now, actions, true, backoff);
     }
     for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
     return actions;
@@ -173,13 +196,13 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number):
       actions.start.push({ name: spec.name, restartCount: cur.restartCount + 1, init: false });
       continue;
     }
-    if (shouldRestart(policy, cur)) restartOrBackOff(pod, spec.name, cur, now, actions, false);
+    if (shouldRestart(policy, cur)) restartOrBackOff(pod, spec.name, cur, now, actions, false, backoff);
   }
   return actions;
 }
 
-function restartOrBackOff(pod: Pod, name: string, cur: ObservedContainer, now: number, actions: PodActions, init: boolean): void {
-  const wait = backoffMs(cur);
+function restartOrBackOff(pod: Pod, name: string, cur: ObservedContainer, now: number, actions: PodActions, init: boolean, backoff: BackoffPolicy): void {
+  const wait = backoffMs(cur, backoff);
   const until = (cur.finishedAt ?? now) + wait;
   if (wait > 0 && now < until) {
     actions.waiting[name] = {

@@ -6,8 +6,9 @@
  * two running containers, one of them after 3 restarts (attempt 3, its exited attempt 2
  * beside it). nodelet, started with both pods desired, must adopt them: the same sandbox
  * and containers, nothing created, started or stopped, restart count 3 in its status; and
- * a container stopped afterwards is restarted by nodelet as attempt 4 (after the 40 s
- * back-off of a fourth restart, which is most of this file's time). Last, what README says
+ * a container stopped afterwards is restarted by nodelet as attempt 4 (after the back-off
+ * of a fourth restart: 40 s by default, 10 s here with the kubelet's
+ * `crashLoopBackOff.maxContainerRestartPeriod: 10s`). Last, what README says
  * of a kubelet's static pod without a declared UID: nodelet's UID differs, so the pod is
  * replaced once.
  */
@@ -68,6 +69,8 @@ beforeAll(async () => {
     kubeconfig: cluster.nodeKubeconfig(NODE),
     containerdDir: CONTAINERD_DIR,
     name: NODE,
+    // The longest crash-loop wait (gate KubeletCrashLoopBackOffMax, on by default): 10 s instead of a fourth restart's 40 s.
+    config: { crashLoopBackOff: '{maxContainerRestartPeriod: 10s}' },
     async beforeStart(p) {
       // The kubelet's own runtimeRequestTimeout (2 min): a loaded machine can take 10 s to start or stop a container.
       kubeletCri = createCriClient({ runtimeEndpoint: p.endpoint, requestTimeoutMs: 120_000 });
@@ -168,14 +171,14 @@ describe('taking a node over from a kubelet', () => {
   it('a container stopped afterwards is restarted by nodelet: the web container as attempt 1 at once, the sidecar as attempt 4 after its back-off', async () => {
     const t0 = Date.now();
     await Promise.all((['api', 'static'] as const).flatMap((which) => ['sidecar', 'web'].map((name) => kubeletCri!.stopContainer(left[which].running[name]!, 0))));
-    // restartCount 0 restarts at once; restartCount 3 waits 10 s x 2^2 (nodelet's back-off, from the runtime's restart count).
+    // restartCount 0 restarts at once; restartCount 3 waits min(10 s x 2^2, maxContainerRestartPeriod 10 s) (nodelet's back-off, from the runtime's restart count).
     for (const which of ['api', 'static'] as const) {
       const web = await eventually(async () => (await podContainers(node.cri, uids[which])).find((c) => c.metadata.name === 'web' && c.metadata.attempt === 1 && c.state === 'CONTAINER_RUNNING'), 30_000);
       expect(web.annotations['io.kubernetes.container.restartCount']).toBe('1');
       expect(web.podSandboxId).toBe(left[which].sandboxId);
     }
     const waiting = await eventually(async () => byName(await apiStatus())['sidecar']?.state?.waiting, 20_000);
-    expect(waiting).toMatchObject({ reason: 'CrashLoopBackOff', message: expect.stringMatching(/^back-off 40s restarting failed container=sidecar pod=legacy_default/) });
+    expect(waiting).toMatchObject({ reason: 'CrashLoopBackOff', message: expect.stringMatching(/^back-off 10s restarting failed container=sidecar pod=legacy_default/) });
     expect(byName(await apiStatus())['sidecar']!.lastState?.terminated).toMatchObject({ exitCode: 137, containerID: `containerd://${left.api.running['sidecar']}` });
     for (const which of ['api', 'static'] as const) {
       const sidecar = await eventually(async () => (await podContainers(node.cri, uids[which])).find((c) => c.metadata.name === 'sidecar' && c.metadata.attempt === 4 && c.state === 'CONTAINER_RUNNING'), 90_000);
@@ -196,7 +199,7 @@ describe('taking a node over from a kubelet', () => {
     expect(ops['run_podsandbox'] ?? 0).toBe(0);
     expect(ops['start_container']).toBe(4);
     console.log(`adopt-kubelet: sidecars (restartCount 3) restarted as attempt 4 ${restartedAfterMs} ms after the stop; ops after sync ${JSON.stringify(opsAfterSync)}`);
-  }, 240_000); // a 40 s back-off, then bounds for a loaded machine
+  }, 240_000); // a 10 s back-off, then bounds for a loaded machine
 
   it("a kubelet's static pod without a declared UID is replaced once: nodelet's derived UID differs (README)", async () => {
     const manifest: Pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'legacy-derived', namespace: 'default', labels: { app: 'legacy-derived' } }, spec: { ...legacySpec(), containers: legacySpec().containers.slice(0, 1) } };

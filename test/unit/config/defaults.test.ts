@@ -124,7 +124,6 @@ const KEPT_ZEROS: ReadonlyArray<readonly [field: string, zero: unknown]> = [
   ['memoryThrottlingFactor', 0],
   ['cpuCFSQuotaPeriod', '0s'],
   ['containerLogMonitorInterval', '0s'],
-  ['crashLoopBackOff.maxContainerRestartPeriod', '0s'],
   ['imageMaximumGCAge', '0s'],
   ['shutdownGracePeriod', '0s'],
   ['resolvConf', ''],
@@ -151,6 +150,12 @@ describe('SetDefaults_KubeletConfiguration, field by field', () => {
     const r = resolved(docAt(field, zero));
     expect(at(r.config, field)).toEqual(zero);
     expect(r.origins.get(field)).toBe(FILE);
+  });
+
+  it('crashLoopBackOff.maxContainerRestartPeriod: "0s" is kept (a set value), then refused by validation, as the kubelet does', () => {
+    const r = resolveConfig([{ origin: FILE, doc: { ...HEADER, crashLoopBackOff: { maxContainerRestartPeriod: '0s' } }, requireHeader: true }]);
+    expect(at(r.config, 'crashLoopBackOff.maxContainerRestartPeriod')).toBe('0s');
+    expect(r.problems).toEqual([{ file: FILE, field: 'crashLoopBackOff.maxContainerRestartPeriod', message: 'must be between 1s and 300s, got "0s"' }]);
   });
 
   it('a negative podPidsLimit becomes -1; a positive one stays', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { backoffMs, computePodActions, containerHash } from '../../../src/pods/plan.js';
+import { backoffMs, backoffPolicy, computePodActions, containerHash } from '../../../src/pods/plan.js';
 import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
 
 const app = { name: 'app', image: 'docker.io/local/busybox:latest' };
@@ -117,5 +117,26 @@ describe('backoffMs', () => {
 
   it('starts over at 10s after a run of 10 minutes', () => {
     expect(backoffMs(ctr({ id: 'c', state: 'exited', restartCount: 7, startedAt: 0, finishedAt: 600_000 }))).toBe(10_000);
+  });
+
+  // The kubelet's settings: crashLoopBackOff.maxContainerRestartPeriod caps the wait (and is the
+  // first wait when under 10s); ReduceDefaultCrashLoopBackOffDecay is 1s doubling to 1m.
+  it.each([
+    ['default', {}, [0, 10_000, 20_000, 160_000, 300_000]],
+    ['maxContainerRestartPeriod 1s', { maxContainerRestartPeriodMs: 1_000 }, [0, 1_000, 1_000, 1_000, 1_000]],
+    ['maxContainerRestartPeriod 5s', { maxContainerRestartPeriodMs: 5_000 }, [0, 5_000, 5_000, 5_000, 5_000]],
+    ['maxContainerRestartPeriod 30s', { maxContainerRestartPeriodMs: 30_000 }, [0, 10_000, 20_000, 30_000, 30_000]],
+    ['reduced decay', { reducedDecay: true }, [0, 1_000, 2_000, 16_000, 60_000]],
+    ['reduced decay, period 5m', { reducedDecay: true, maxContainerRestartPeriodMs: 300_000 }, [0, 1_000, 2_000, 16_000, 300_000]],
+  ] as const)('%s: restart counts 0, 1, 2, 5, 20 wait %j ms', (_name, o, want) => {
+    const policy = backoffPolicy(o);
+    const got = [0, 1, 2, 5, 20].map((restartCount) => backoffMs(ctr({ id: 'c', state: 'exited', restartCount, startedAt: 0, finishedAt: 1000 }), policy));
+    expect(got).toEqual(want);
+  });
+
+  it('a plan with a 1s period restarts a container of restart count 3 one second after its exit, not 40 s', () => {
+    const exited = ctr({ id: 'c', state: 'exited', restartCount: 3, startedAt: 0, finishedAt: 1000 });
+    expect(backoffMs(exited)).toBe(40_000);
+    expect(backoffMs(exited, backoffPolicy({ maxContainerRestartPeriodMs: 1_000 }))).toBe(1_000);
   });
 });
