@@ -3,8 +3,10 @@
  * flags, starts them in order, stops them in reverse. Standalone versus connected is
  * decided here, by building fewer services, never by null checks deep inside.
  *
- * Order of a start: (config already validated by the caller) -> watchdog settings ->
- * lock (may wait) -> root dir -> services -> READY=1 -> watchdog pings.
+ * Order of a start: (config already validated by the caller) -> watchdog settings -> host
+ * checks that can refuse -> lock (may wait) -> root dir -> healthz -> the host checks that
+ * ask the runtime -> the services' modules (daemon-services.ts) -> services -> READY=1 ->
+ * watchdog pings.
  */
 import fs from 'node:fs';
 import { realClock, type Clock } from './clock.js';
@@ -21,24 +23,12 @@ import type { LoadedConfig } from './config/index.js';
 import { parseDuration } from './config/duration.js';
 import { isFeatureEnabled } from './config/feature-gates.js';
 import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
-import { createCriClient, parseEndpoint } from './runtime/cri-client.js';
-import { RuntimeHealth, type RuntimeState } from './runtime/health.js';
-import { PodCidrUpdater } from './runtime/pod-cidr.js';
-import { CriPodRuntime } from './pods/cri-pod-runtime.js';
-import { ContainerLogManager, parseLogMaxSize } from './pods/log-rotation.js';
-import { DEFAULT_CONTAINER_LOG_DIR } from './pods/log-symlinks.js';
+import { parseEndpoint } from './runtime/endpoint.js';
+import type { RuntimeState } from './runtime/health.js';
 import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
-import { PodManager } from './pods/manager.js';
-import { backoffPolicy } from './pods/plan.js';
-import { StaticPodSource } from './pods/static-source.js';
-import { nodeShutdownFor } from './node/shutdown-manager.js';
-import { Metrics } from './metrics/kubelet.js';
-import { StatsProvider } from './metrics/stats.js';
-import { renderResourceMetrics } from './metrics/resource.js';
-import { configzBody } from './metrics/configz.js';
 import type { Observability } from './server/https-server.js';
-import { PodSources } from './pods/sources.js';
 import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './system/host-facts.js';
+import type { HostCheckResult } from './system/host-checks.js';
 import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords, removeRootDirTempFiles } from './system/root-dir.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */
@@ -56,6 +46,9 @@ export interface NodeletFlags {
 }
 
 export type { Mode } from './connected.js';
+
+/** Host checks that only warn and cost a runtime call or a process: run once /healthz answers. */
+const LATER_HOST_CHECKS = new Set(['cgroup-driver', 'nftables']);
 
 export interface DaemonDeps {
   flags: NodeletFlags;
@@ -137,7 +130,9 @@ export class Daemon {
     const reviews = this.#deps.mode.reviews;
     const auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(reviews ? { reviewClient: reviews } : {}) });
     parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
-    // Host checks (swap, cgroups, kernel, the runtime's cgroup driver): a refusing one stops here, before the lock.
+    // Host checks (swap, cgroups, kernel): a refusing one stops here, before the lock. The two
+    // that only ever warn and cost a runtime call or a process (the runtime's cgroup driver,
+    // the nft tool) run once /healthz answers.
     this.#host = await this.#checkHost();
     if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
 
@@ -174,6 +169,15 @@ export class Daemon {
     loop.start(this.#life.signal);
     this.#started.push({ name: 'eventloop-check', start: () => {}, stop: () => loop.stop() });
 
+    // /healthz answers from here (as the kubelet's answers once its server is up, while its
+    // loops start); the services' modules load after it, and it stops last.
+    const healthz = this.#healthzService();
+    if (healthz && !signal.aborted) {
+      await healthz.start(this.#life.signal);
+      this.#started.push(healthz);
+    }
+    await this.#checkHostLater();
+
     for (const svc of await this.#buildServices(auth)) {
       if (signal.aborted) break;
       this.#log.debug({ service: svc.name }, 'starting service');
@@ -203,18 +207,32 @@ export class Daemon {
   #imageRecords: ImagePullRecords | undefined;
   #allocation: AllocationRecords | undefined;
 
-  /** Runs every host check once (host-facts.ts); logs warnings; throws the refusal (main: exit 1). */
+  /**
+   * Runs the host checks that can refuse (host-facts.ts) once, without asking the runtime or
+   * running nft; logs warnings; throws the refusal (main: exit 1).
+   */
   async #checkHost(): Promise<HostCheckRun> {
-    const log = this.#log.child({ component: 'host-checks' });
-    const run = await runHostCheckPass(this.#deps.loaded.config, { env: this.#deps.env });
-    for (const r of run.results) {
-      if (r.verdict === 'warn') log.warn({ check: r.check, found: r.found }, `host check ${r.check}: ${r.action} (found: ${r.found})`);
-      else log.debug({ check: r.check, found: r.found, verdict: r.verdict }, `host check ${r.check}: ${r.verdict}`);
-    }
-    log.info({ cgroupDriver: run.cgroupDriver, source: run.facts.runtimeDriver.kind === 'answered' ? 'runtime' : 'config' }, `cgroup driver ${run.cgroupDriver} (${run.facts.runtimeDriver.kind === 'answered' ? 'from the runtime' : 'from the configuration: the runtime did not tell'})`);
+    const run = await runHostCheckPass(this.#deps.loaded.config, { env: this.#deps.env, runtime: false, facts: { probeNft: false } });
+    this.#logHostChecks(run.results.filter((r) => !LATER_HOST_CHECKS.has(r.check)));
     const refusal = hostRefusal(run.results);
     if (refusal) throw refusal;
     return run;
+  }
+
+  /** The host checks that only warn and ask the runtime (its cgroup driver) or run the nft tool: logged, never fatal. */
+  async #checkHostLater(): Promise<void> {
+    const run = await runHostCheckPass(this.#deps.loaded.config, { env: this.#deps.env });
+    this.#logHostChecks(run.results.filter((r) => LATER_HOST_CHECKS.has(r.check)));
+    const log = this.#log.child({ component: 'host-checks' });
+    log.info({ cgroupDriver: run.cgroupDriver, source: run.facts.runtimeDriver.kind === 'answered' ? 'runtime' : 'config' }, `cgroup driver ${run.cgroupDriver} (${run.facts.runtimeDriver.kind === 'answered' ? 'from the runtime' : 'from the configuration: the runtime did not tell'})`);
+  }
+
+  #logHostChecks(results: readonly HostCheckResult[]): void {
+    const log = this.#log.child({ component: 'host-checks' });
+    for (const r of results) {
+      if (r.verdict === 'warn') log.warn({ check: r.check, found: r.found }, `host check ${r.check}: ${r.action} (found: ${r.found})`);
+      else log.debug({ check: r.check, found: r.found, verdict: r.verdict }, `host check ${r.check}: ${r.verdict}`);
+    }
   }
 
   /** The kubelet's layout under the root dir, its device checkpoint, image pull records (root-dir.ts) and pod resource records (allocation.ts). */
@@ -243,6 +261,8 @@ export class Daemon {
     const cfg = this.#deps.loaded.config;
     const log = this.#log;
     const services: Service[] = [];
+    // The services' modules, once /healthz answers (daemon-services.ts).
+    const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy } = await import('./daemon-services.js');
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
     // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
     const metrics = new Metrics({ nodeName: identity.nodeName });
@@ -461,22 +481,25 @@ export class Daemon {
       }),
     );
 
-    if (cfg.healthzPort !== 0) {
-      const server = new HealthzServer({ host: cfg.healthzBindAddress, port: cfg.healthzPort, health: this.health, logger: log });
-      // First (as the kubelet's healthz answers once its server is up, while its loops start): the
-      // runtime, pods and the HTTPS server start after it; it stops last.
-      services.unshift({
-        name: 'healthz',
-        start: async () => {
-          const addr = await server.start();
-          this.#log.info({ address: addr.address, port: addr.port }, `healthz listening on http://${addr.address}:${addr.port}/healthz`);
-        },
-        stop: () => server.stop(),
-      });
-    } else {
-      this.#log.info('healthz server disabled (healthzPort: 0)');
-    }
     return services;
+  }
+
+  /** The healthz server, started before every other service (see start()); undefined when disabled. */
+  #healthzService(): Service | undefined {
+    const cfg = this.#deps.loaded.config;
+    if (cfg.healthzPort === 0) {
+      this.#log.info('healthz server disabled (healthzPort: 0)');
+      return undefined;
+    }
+    const server = new HealthzServer({ host: cfg.healthzBindAddress, port: cfg.healthzPort, health: this.health, logger: this.#log });
+    return {
+      name: 'healthz',
+      start: async () => {
+        const addr = await server.start();
+        this.#log.info({ address: addr.address, port: addr.port }, `healthz listening on http://${addr.address}:${addr.port}/healthz`);
+      },
+      stop: () => server.stop(),
+    };
   }
 
   /** A service whose start builds it and returns its stop. */

@@ -18,6 +18,7 @@ import { NodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { fromGrpcError } from './errors.js';
 import { loadCriPackage } from './proto.js';
+import { parseEndpoint } from './endpoint.js';
 import type {
   CheckpointRequest,
   Container,
@@ -77,16 +78,8 @@ export interface CriClient extends RuntimeService, ImageService {
   runtimeConfig(): Promise<RuntimeCgroupConfig>;
 }
 
-/** Normalizes an endpoint flag value to a grpc-js target, or throws INVALID_ARGUMENT naming `param`. */
-export function parseEndpoint(param: string, value: string): string {
-  if (value.startsWith('unix://')) {
-    const p = value.slice('unix://'.length);
-    if (p.startsWith('/') && p.length > 1) return value;
-  } else if (value.startsWith('/') && value.length > 1) {
-    return `unix://${value}`;
-  }
-  throw new NodeletError('INVALID_ARGUMENT', `${param} "${value}": expected a unix socket endpoint such as unix:///run/containerd/containerd.sock`, { param, value });
-}
+/** Normalizes an endpoint flag value to a grpc-js target, or throws INVALID_ARGUMENT naming `param` (endpoint.ts). */
+export { parseEndpoint } from './endpoint.js';
 
 const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   // grpc-js backs off reconnects up to 120 s by default, which would leave a restarted

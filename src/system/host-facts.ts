@@ -16,7 +16,7 @@ import path from 'node:path';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { KubeletConfiguration } from '../config/types.js';
 import type { NodeSwap } from '../pods/swap.js';
-import { createCriClient, type CriClient } from '../runtime/cri-client.js';
+import type { CriClient } from '../runtime/cri-client.js';
 import { effectiveCgroupDriver, refusals, runHostChecks, type HostCheckResult, type HostFacts, type RuntimeDriverFact } from './host-checks.js';
 import { readBoundedText } from './safe-file.js';
 import { exists } from './fs-util.js';
@@ -190,13 +190,14 @@ export interface HostCheckRun {
 
 /**
  * Gathers the facts (asking the runtime for its cgroup driver with a short deadline, over a
- * client of its own that is closed after) and runs every check. Read-only: used by
+ * client of its own that is closed after, unless `runtime: false`) and runs every check. Read-only: used by
  * `nodelet doctor` and by the daemon before it takes the lock.
  */
-export async function runHostCheckPass(cfg: HostRunConfig, o: { env?: NodeJS.ProcessEnv; runtimeTimeoutMs?: number; facts?: HostFactsOptions } = {}): Promise<HostCheckRun> {
+export async function runHostCheckPass(cfg: HostRunConfig, o: { env?: NodeJS.ProcessEnv; runtimeTimeoutMs?: number; facts?: HostFactsOptions; runtime?: boolean } = {}): Promise<HostCheckRun> {
   let cri: CriClient | undefined;
   try {
-    cri = createCriClient({ runtimeEndpoint: cfg.containerRuntimeEndpoint, requestTimeoutMs: o.runtimeTimeoutMs ?? 2000 });
+    // The CRI client (grpc-js) loads only when the runtime is asked (start-up time: the daemon asks after /healthz answers).
+    if (o.runtime !== false) cri = (await import('../runtime/cri-client.js')).createCriClient({ runtimeEndpoint: cfg.containerRuntimeEndpoint, requestTimeoutMs: o.runtimeTimeoutMs ?? 2000 });
   } catch {
     cri = undefined;
   }
