@@ -18,11 +18,14 @@ import { freePort } from '../test/helpers/nodelet.js';
 import { IMAGE } from './runtime.js';
 import { percentile } from './sections.js';
 
+/** The two builds `npm run build` makes, next to this file's build (dist/bench): tsc's output and the esbuild bundle. */
+export const TSC_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
+export const BUNDLE_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'nodelet', 'main.js');
 /**
- * dist/bench -> dist/src/main.js: the built binary next to this file's build;
- * NODELET_BENCH_MAIN runs another entry point instead (a bundle, to compare builds).
+ * The shipped entry point (package.json `bin`, what the unit runs): the bundle;
+ * NODELET_BENCH_MAIN runs another entry point instead (to compare builds).
  */
-export const NODELET_MAIN = process.env.NODELET_BENCH_MAIN ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
+export const NODELET_MAIN = process.env.NODELET_BENCH_MAIN ?? BUNDLE_MAIN;
 export const TICK_MS = 1000 / 100; // USER_HZ
 
 /** `--quick` (CI: once, tiny counts) and the positional numbers after it. */
@@ -156,7 +159,7 @@ export interface Agent {
  * the given runtime endpoint; extra config lines and flags as given. stderr is inherited,
  * stdout (JSON logs at warn) goes to `<dir>/nodelet.log`.
  */
-export async function startAgent(o: { dir: string; endpoint: string; healthzPort: number; port?: number; readOnlyPort?: number; config?: Record<string, string | number>; flags?: string[]; nodeArgs?: string[] }): Promise<Agent> {
+export async function startAgent(o: { dir: string; endpoint: string; healthzPort: number; port?: number; readOnlyPort?: number; config?: Record<string, string | number>; flags?: string[]; nodeArgs?: string[]; main?: string }): Promise<Agent> {
   const cfg = {
     containerRuntimeEndpoint: o.endpoint,
     podLogsDir: path.join(o.dir, 'logs'),
@@ -176,7 +179,7 @@ export async function startAgent(o: { dir: string; endpoint: string; healthzPort
   );
   const args = [
     ...(o.nodeArgs ?? []),
-    NODELET_MAIN,
+    o.main ?? NODELET_MAIN,
     '--config', path.join(o.dir, 'kubelet.yaml'),
     '--root-dir', path.join(o.dir, 'root'),
     '--cert-dir', path.join(o.dir, 'pki'),

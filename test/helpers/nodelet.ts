@@ -1,6 +1,7 @@
 /**
- * Starts the BUILT nodelet (dist/src/main.js, from `npm run build`) as a child process,
- * the way systemd or an operator does, and follows its JSON log lines.
+ * Starts the BUILT nodelet (dist/nodelet/main.js, the bundle `npm run build` makes and
+ * operators run) as a child process, the way systemd or an operator does, and follows its
+ * JSON log lines.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -10,7 +11,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const projectRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const nodeletBin = path.join(projectRoot, 'dist/src/main.js');
+export const nodeletBin = path.join(projectRoot, 'dist/nodelet/main.js');
 
 export interface LogRecord {
   level: string;

@@ -3,7 +3,7 @@
  * reads back: `systemctl show`, the journal, /proc/locks.
  *
  * Installation: /usr/local/bin/nodelet is a symlink to the project's built
- * dist/src/main.js (bound read-only at /opt/nodelet), systemd/nodelet.service is copied
+ * dist/nodelet/main.js, the shipped bundle (bound read-only at /opt/nodelet), systemd/nodelet.service is copied
  * UNCHANGED to /etc/systemd/system/, the configuration goes where the unit looks for it
  * (/var/lib/kubelet/config.yaml, /etc/kubernetes/kubelet.conf.d/), and test-only settings
  * (a short watchdog, quick restarts, explicit lock file) go in a drop-in, as an operator
@@ -64,7 +64,7 @@ export interface InstallOptions {
  * emits 0644). Throws when the project is not built.
  */
 export function ensureBuiltEntryPoint(): string {
-  const main = path.join(projectRoot, 'dist/src/main.js');
+  const main = path.join(projectRoot, 'dist/nodelet/main.js');
   if (!fs.existsSync(main)) throw new Error(`${main} does not exist: run \`npm run build\` before the systemd tests`);
   const first = fs.readFileSync(main, 'utf8').split('\n', 1)[0];
   if (first !== '#!/usr/bin/env node') throw new Error(`${main} does not start with "#!/usr/bin/env node" (found ${JSON.stringify(first)}): it cannot be installed as /usr/local/bin/nodelet`);
@@ -78,7 +78,7 @@ export async function installNodelet(box: Box, opts: InstallOptions = {}): Promi
   ensureBuiltEntryPoint();
   const unit = opts.unitName ?? 'nodelet';
   await box.sh(
-    `ln -sfn "$1/dist/src/main.js" /usr/local/bin/nodelet
+    `ln -sfn "$1/dist/nodelet/main.js" /usr/local/bin/nodelet
      cp "$1/${SHIPPED_UNIT}" "/etc/systemd/system/$2.service"`,
     BOX_PROJECT_DIR,
     unit,
