@@ -77,7 +77,7 @@ async function main(): Promise<void> {
       '## Process start → `/healthz` 200 (`bench/startup.ts`)',
       '',
       `Run ${new Date().toISOString()} on ${machine()}; ${iterations} iterations after ${warmup} warm-up, interleaved.`,
-      'Baseline = `node -e \'console.log("up")\'`, spawn → the line read. Nodelet = spawn of the built nodelet (standalone, benchmark containerd, empty static pod dir) → first `GET /healthz` answering 200 (polled every 2 ms). Both builds `npm run build` makes, in each round one after the other (which goes first alternates): the esbuild bundle `dist/nodelet/main.js` (shipped: `bin`, the systemd unit) and tsc\'s output `dist/src/main.js` (what the tests spawn).',
+      'Baseline = `node -e \'console.log("up")\'`, spawn → the line read. Nodelet = spawn of the built nodelet (standalone, benchmark containerd, empty static pod dir) → first `GET /healthz` answering 200 (polled every 2 ms). Both builds `npm run build` makes, in each round one after the other (which goes first alternates): the esbuild bundle `dist/nodelet/main.js` (shipped: `bin`, the systemd unit) and tsc\'s output `dist/src/main.js` (one file per module).',
       '',
       '| | node -e (ms) | nodelet (ms) | ratio | added (ms) |',
       '|---|---|---|---|---|',
