@@ -145,7 +145,28 @@ export class PodManager {
         this.#workers.set(uid, new PodWorker(pod));
       }
     }
-    void this.syncOnce().catch(() => undefined);
+    this.#kick();
+  }
+
+  /**
+   * A relist asked for by a change of the desired set: at most one in flight, and one more
+   * after it when changes came meanwhile. One relist per change let a burst of 5,000 pod
+   * watch events start ~1,400 concurrent CRI list pairs, whose answers then held the event
+   * loop (decode and garbage collection) for seconds after the burst.
+   */
+  #kicked: Promise<void> | undefined;
+  #kickAgain = false;
+  #kick(): void {
+    if (this.#kicked) {
+      this.#kickAgain = true;
+      return;
+    }
+    this.#kicked = (async () => {
+      do {
+        this.#kickAgain = false;
+        await this.#turn();
+      } while (this.#kickAgain);
+    })().finally(() => (this.#kicked = undefined));
   }
 
   /**
@@ -156,7 +177,7 @@ export class PodManager {
   setSourcesReady(): void {
     if (this.#sourcesReady) return;
     this.#sourcesReady = true;
-    void this.syncOnce().catch(() => undefined);
+    this.#kick();
   }
 
   /** Pods with their current status, for /pods and the checkpoint lookup. */

@@ -340,6 +340,45 @@ describe('PodManager', () => {
   });
 });
 
+describe('PodManager: a burst of desired-set changes', () => {
+  it('lists the runtime one relist at a time, not once per change, and ends on the last set', async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    let lists = 0;
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const list = rt.listPods.bind(rt);
+    rt.listPods = async () => {
+      lists++;
+      maxInFlight = Math.max(maxInFlight, ++inFlight);
+      try {
+        // An answer that takes a few turns of the event loop, as a CRI call does.
+        for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+        return await list();
+      } finally {
+        inFlight--;
+      }
+    };
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m.setSourcesReady();
+    const version = (n: number): Pod => ({ ...mkPod('u1'), metadata: { ...mkPod('u1').metadata, annotations: { n: String(n) } } });
+    // 1,000 watch events' worth of changes, as fast as they come.
+    for (let n = 0; n < 1000; n++) m.setDesired([version(n)]);
+    // Until the kicked relists and their syncs have settled (macrotasks, no timers).
+    for (let idle = 0, seen = -1; idle < 20; idle++) {
+      await new Promise((r) => setImmediate(r));
+      if (lists !== seen) [seen, idle] = [lists, 0];
+    }
+    // setSourcesReady's relist, then one more for all the changes made while it ran.
+    expect(lists).toBeLessThanOrEqual(3);
+    expect(maxInFlight).toBe(1);
+    const [p] = m.listPods();
+    expect(p!.metadata!.annotations!.n).toBe('999');
+    expect(p!.status!.phase).toBe('Running');
+    expect(rt.calls).toEqual(['runSandbox web-u1 0', 'startContainer app 0']);
+  });
+});
+
 describe('PodManager: a removal the runtime keeps failing', () => {
   /** Log records at warn and above, as nodelet writes them. */
   function recordingLogger() {
