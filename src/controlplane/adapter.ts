@@ -22,6 +22,7 @@ import type { SubjectAccessReviewSpec } from '../server/auth.js';
 import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
 import { loadKubeconfig } from './kubeconfig.js';
 import { Reflector } from './reflector.js';
+import { ThrottledDelivery } from './throttle.js';
 
 const TOKEN_REVIEWS: ResourceType = { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', namespaced: false };
 const SUBJECT_ACCESS_REVIEWS: ResourceType = { group: 'authorization.k8s.io', version: 'v1', resource: 'subjectaccessreviews', namespaced: false };
@@ -34,6 +35,15 @@ async function orUndefined<T>(p: Promise<T>): Promise<T | undefined> {
     throw err;
   }
 }
+
+/**
+ * After a delivery of this node's pods, the next waits at least this long: the events of a
+ * burst meanwhile make one delivery. The first change after a quiet spell goes at once (an API
+ * pod start waits for nothing); under a burst of 5,000 events, each delivery (the pod
+ * manager's desired set, a relist of the runtime) happens at most 10 times a second, not once
+ * per chunk of the watch stream (~100 a second).
+ */
+export const POD_DELIVERY_GAP_MS = 100;
 
 export interface PortsOptions {
   /** Deadline of a Lease request (default 10 s, the kubelet's for its defaults). */
@@ -48,8 +58,8 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
   const log = logger.child({ component: 'control-plane' });
   const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
   let reflector: Reflector<Pod> | undefined;
-  // A delivery of the pods' full set waiting for the end of a burst of watch events.
-  let pending: NodeJS.Immediate | undefined;
+  // The deliveries of the pods' full set (see pods.start).
+  let deliveries: ThrottledDelivery | undefined;
   // This node's Node, watched: started at the first look (the reporter's, the lease's or the
   // mirror pods'), stopped with the reporter and at close.
   let nodeWatch: Reflector<Node> | undefined;
@@ -113,30 +123,25 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
       async start(onPods) {
         // The consumers take full sets: a burst of watch events (a chunk of the stream holds
         // many) is handed on as one set after the burst, not one set per event, so 5,000
-        // events do not cost 5,000 walks of every pod, and timers (the Lease) still run.
-        const deliver = () => {
-          if (pending) clearImmediate(pending);
-          pending = undefined;
-          onPods(reflector!.state.items());
-        };
+        // events do not cost 5,000 walks of every pod, and timers (the Lease) still run; and
+        // at most one set every POD_DELIVERY_GAP_MS while events keep coming.
+        const d = new ThrottledDelivery(() => onPods(reflector!.state.items()), { gapMs: POD_DELIVERY_GAP_MS });
+        deliveries = d;
         reflector = new Reflector<Pod>({
           client,
           type: PODS,
           fieldSelector: `spec.nodeName=${nodeName}`,
           logger: log,
-          onEvent: () => {
-            pending ??= setImmediate(deliver);
-          },
+          onEvent: () => d.request(),
         });
         reflector.start();
         await reflector.waitForSync();
         // The first full set is delivered before start resolves (PodFeed's contract).
-        if (pending) deliver();
+        if (d.pending) d.flush();
       },
       async stop() {
         await reflector?.stop();
-        if (pending) clearImmediate(pending);
-        pending = undefined;
+        deliveries?.cancel();
       },
     },
     podStatus: {
