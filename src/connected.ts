@@ -90,7 +90,7 @@ export interface NodeMode {
  */
 export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOptions): Promise<NodeMode> {
   if (kubeconfig === undefined) return standaloneMode();
-  // Imported only when connected: the client's undici holds ~20 MB of RSS a standalone node never needs.
+  // Imported only when connected: the control-plane client and its parts, which a standalone node never needs.
   const { controlPlanePorts } = await import('./controlplane/adapter.js');
   // The Lease's deadline, as the kubelet's heartbeat client: min(nodeStatusUpdateFrequency,
   // nodeLeaseDurationSeconds) (10 s with the defaults), but at least 2 s: on a loaded node a

@@ -266,7 +266,7 @@ export class Daemon {
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
     // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
     const metrics = new Metrics({ nodeName: identity.nodeName });
-    // The control-plane client (undici, ~20 MB of RSS) is loaded only when connected.
+    // The control-plane client is loaded only when connected.
     const unobserve = this.mode === 'connected' ? (await import('./controlplane/client.js')).observeControlPlaneRequests((code, method, host) => metrics.restClientRequest(code, method, host)) : () => {};
     services.push({ name: 'metrics', start: () => {}, stop: async () => (unobserve(), metrics.close()) });
 

@@ -1,15 +1,17 @@
 /**
- * nodelet's HTTPS client of the control plane. One undici Agent (keep-alive, TLS from the
- * kubeconfig) per client; every request sends `User-Agent: nodelet/<version>` and
+ * nodelet's HTTPS client of the control plane. One `node:https` Agent (keep-alive, TLS from
+ * the kubeconfig) per client: Node's own HTTP/1.1 client, already loaded by the servers, where
+ * undici cost ~18 MB of resident memory per connected node for its modules alone. Every request sends `User-Agent: nodelet/<version>` and
  * `Accept-Encoding: gzip` and decompresses the answer. Each call has a deadline
  * (`timeoutMs`, default 30 s) and honours the caller's AbortSignal; a watch has no
  * deadline (the reflector keeps its own inactivity timer). Every failure is a NodeletError
  * from errors.ts. The client does not retry: retries live in loops (reflector,
  * retryOnConflict).
  */
+import http, { type IncomingHttpHeaders } from 'node:http';
+import https from 'node:https';
 import type { Readable } from 'node:stream';
 import zlib from 'node:zlib';
-import { Agent, request, type Dispatcher } from 'undici';
 import { NodeletError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { decodeStatus, transportError } from './errors.js';
@@ -123,8 +125,17 @@ export interface ClientOptions {
 
 type Query = Record<string, string | number | boolean | undefined>;
 
+type HttpMethod = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** An answer: status, headers and the body still to read. */
+interface Answer {
+  statusCode: number;
+  headers: IncomingHttpHeaders;
+  body: Readable;
+}
+
 interface Req {
-  method: Dispatcher.HttpMethod;
+  method: HttpMethod;
   path: string;
   query?: Query;
   body?: unknown;
@@ -154,10 +165,15 @@ export const FIELD_MANAGER = 'nodelet';
 export class ControlPlaneClient {
   readonly server: string;
   readonly namespace: string;
-  readonly #agent: Agent;
+  readonly #agent: http.Agent;
+  readonly #http: typeof http | typeof https;
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number;
   readonly #host: string;
+  /** Requests not finished yet (their bodies not consumed), for close(). */
+  readonly #inFlight = new Set<http.ClientRequest>();
+  #idle: (() => void) | undefined;
+  #closed = false;
 
   /** Builds the connection pool; opens nothing until the first call. */
   constructor(o: ClientOptions) {
@@ -165,14 +181,15 @@ export class ControlPlaneClient {
     this.#host = URL.canParse(o.access.server) ? new URL(o.access.server).host : o.access.server;
     this.namespace = o.access.namespace;
     this.#timeoutMs = o.timeoutMs ?? 30_000;
-    this.#agent = new Agent({
-      keepAliveTimeout: 30_000,
-      connections: o.connections ?? 8,
-      connect: {
-        ...(o.access.ca ? { ca: o.access.ca } : {}),
-        ...(o.access.cert && o.access.key ? { cert: o.access.cert, key: o.access.key } : {}),
-        rejectUnauthorized: !o.access.insecureSkipTlsVerify,
-      },
+    this.#http = this.server.startsWith('http:') ? http : https;
+    this.#agent = new this.#http.Agent({
+      keepAlive: true,
+      // An idle pooled connection is closed after 30 s (a connection in use is not).
+      timeout: 30_000,
+      maxSockets: o.connections ?? 8,
+      ...(o.access.ca ? { ca: o.access.ca } : {}),
+      ...(o.access.cert && o.access.key ? { cert: o.access.cert, key: o.access.key } : {}),
+      rejectUnauthorized: !o.access.insecureSkipTlsVerify,
     });
     this.#headers = {
       'user-agent': `nodelet/${o.version ?? VERSION}`,
@@ -194,7 +211,7 @@ export class ControlPlaneClient {
    * calls once the body is consumed (the deadline and the caller's abort cover the body too).
    * A stream (watch) has no deadline and is aborted by the caller's signal alone.
    */
-  async #send(r: Req, stream: boolean): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
+  async #send(r: Req, stream: boolean): Promise<{ res: Answer; done: () => void }> {
     // Own controller + timer (not AbortSignal.timeout) so that a deadline is told apart
     // from the caller's abort, and the deadline also covers reading the body.
     const ctl = new AbortController();
@@ -209,19 +226,30 @@ export class ControlPlaneClient {
     const onAbort = () => ctl.abort(r.signal?.reason);
     if (r.signal?.aborted) onAbort();
     else r.signal?.addEventListener('abort', onAbort, { once: true });
+    let req: http.ClientRequest | undefined;
     const done = () => {
       clearTimeout(timer);
       r.signal?.removeEventListener('abort', onAbort);
+      if (req && this.#inFlight.delete(req) && this.#inFlight.size === 0) this.#idle?.();
     };
     try {
-      const res = await request(this.#url(r.path, r.query), {
-        method: r.method,
-        dispatcher: this.#agent,
-        headers: { ...this.#headers, ...(r.body !== undefined ? { 'content-type': r.contentType ?? 'application/json' } : {}) },
-        ...(r.body !== undefined ? { body: JSON.stringify(r.body) } : {}),
-        signal: ctl.signal,
-        // A watch is quiet for long stretches; undici's default 5 min body timeout would cut it.
-        ...(stream ? { bodyTimeout: 0 } : {}),
+      if (this.#closed) throw new Error('the client is closed');
+      const body = r.body !== undefined ? Buffer.from(JSON.stringify(r.body)) : undefined;
+      const res = await new Promise<Answer>((resolve, reject) => {
+        req = this.#http.request(this.#url(r.path, r.query), {
+          method: r.method,
+          agent: this.#agent,
+          headers: { ...this.#headers, ...(body ? { 'content-type': r.contentType ?? 'application/json', 'content-length': String(body.length) } : {}) },
+          signal: ctl.signal,
+        });
+        this.#inFlight.add(req);
+        req.once('response', (m) => resolve({ statusCode: m.statusCode ?? 0, headers: m.headers, body: m }));
+        // Kept for the request's life: an error after the answer (a cut body) must not go unheard.
+        req.on('error', reject);
+        // A watch is quiet for long stretches: no idle timeout on its connection (the pool's
+        // 30 s is for idle pooled connections; the reflector keeps its own inactivity timer).
+        if (stream) req.setTimeout(0);
+        req.end(body);
       });
       for (const o of requestObservers) o(String(res.statusCode), r.method, this.#host);
       return { res, done };
@@ -232,13 +260,16 @@ export class ControlPlaneClient {
     }
   }
 
-  static #body(res: Dispatcher.ResponseData): Readable {
+  static #body(res: Answer): Readable {
     const enc = res.headers['content-encoding'];
-    const body = res.body as unknown as Readable;
-    return enc === 'gzip' ? body.pipe(zlib.createGunzip()) : body;
+    if (enc !== 'gzip') return res.body;
+    const gunzip = zlib.createGunzip();
+    // pipe() does not pass errors on: a connection cut mid-body must end the reader too.
+    res.body.on('error', (err) => gunzip.destroy(err));
+    return res.body.pipe(gunzip);
   }
 
-  static async #text(res: Dispatcher.ResponseData): Promise<string> {
+  static async #text(res: Answer): Promise<string> {
     const chunks: Buffer[] = [];
     for await (const c of ControlPlaneClient.#body(res)) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
     return Buffer.concat(chunks).toString('utf8');
@@ -409,18 +440,25 @@ export class ControlPlaneClient {
     })();
   }
 
-  /** Closes the pool; in-flight requests finish first. */
   /**
-   * Closes the connections: requests in flight may finish for `graceMs`, then whatever is
-   * still open (a watch nobody stopped) is destroyed, so closing never hangs.
+   * Closes the connections: no new request is sent; requests in flight may finish for
+   * `graceMs`, then whatever is still open (a watch nobody stopped) is destroyed, so closing
+   * never hangs.
    */
   async close(graceMs = 1000): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    const closed = this.#agent.close().then(() => true);
-    const late = new Promise<false>((r) => (timer = setTimeout(() => r(false), graceMs)));
-    const done = await Promise.race([closed, late]);
-    clearTimeout(timer);
-    if (!done) await this.#agent.destroy();
+    this.#closed = true;
+    if (this.#inFlight.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await new Promise<void>((resolve) => {
+        this.#idle = resolve;
+        timer = setTimeout(resolve, graceMs);
+      });
+      clearTimeout(timer);
+      this.#idle = undefined;
+      for (const req of this.#inFlight) req.destroy();
+      this.#inFlight.clear();
+    }
+    this.#agent.destroy();
   }
 }
 
