@@ -21,7 +21,7 @@ import type { Logger } from '../log.js';
 import type { SubjectAccessReviewSpec } from '../server/auth.js';
 import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
 import { loadKubeconfig } from './kubeconfig.js';
-import { Reflector } from './reflector.js';
+import { dropManagedFields, Reflector } from './reflector.js';
 import { ThrottledDelivery } from './throttle.js';
 
 const TOKEN_REVIEWS: ResourceType = { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', namespaced: false };
@@ -66,7 +66,7 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
   const watchedNode = (name: string): { node: Node | undefined } | undefined => {
     if (name !== nodeName) return undefined;
     if (!nodeWatch) {
-      nodeWatch = new Reflector<Node>({ client, type: NODES, fieldSelector: `metadata.name=${nodeName}`, logger: log, onEvent: () => {} });
+      nodeWatch = new Reflector<Node>({ client, type: NODES, fieldSelector: `metadata.name=${nodeName}`, logger: log, onEvent: () => {}, transform: dropManagedFields });
       nodeWatch.start();
       return undefined;
     }
@@ -132,6 +132,8 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
           type: PODS,
           fieldSelector: `spec.nodeName=${nodeName}`,
           logger: log,
+          // Only the fields nodelet reads are kept: managedFields go (about half of a pod's JSON once its status was written).
+          transform: dropManagedFields,
           onEvent: () => d.request(),
         });
         reflector.start();

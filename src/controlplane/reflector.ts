@@ -36,7 +36,13 @@ export function objectKey(o: KubeObject): string {
  */
 export class ReflectorState<T extends KubeObject> {
   readonly #items = new Map<string, T>();
+  readonly #transform: (o: T) => T;
   #rv = '';
+
+  /** `transform`: applied to every object before it is stored and passed on (client-go's SetTransform), e.g. to drop fields nobody reads. */
+  constructor(transform: (o: T) => T = (o) => o) {
+    this.#transform = transform;
+  }
 
   /** The resourceVersion to resume a watch from ('' before the first list). */
   get resourceVersion(): string {
@@ -58,7 +64,7 @@ export class ReflectorState<T extends KubeObject> {
   /** A fresh list: the store becomes exactly `items` at `resourceVersion`. */
   replace(items: T[], resourceVersion: string): ReflectorEvent<T> {
     this.#items.clear();
-    for (const it of items) this.#items.set(objectKey(it), it);
+    for (const it of items) this.#items.set(objectKey(it), this.#transform(it));
     this.#rv = resourceVersion;
     return { type: 'replace', items: this.items(), resourceVersion };
   }
@@ -84,8 +90,9 @@ export class ReflectorState<T extends KubeObject> {
       return { type: 'delete', object: ev.object };
     }
     if (cur && rv !== undefined && cur.metadata?.resourceVersion === rv) return undefined;
-    this.#items.set(key, ev.object);
-    return cur ? { type: 'update', object: ev.object, old: cur } : { type: 'add', object: ev.object };
+    const object = this.#transform(ev.object);
+    this.#items.set(key, object);
+    return cur ? { type: 'update', object, old: cur } : { type: 'add', object };
   }
 }
 
@@ -113,10 +120,23 @@ export interface ReflectorOptions<T extends KubeObject> {
   unhealthyAfterFailures?: number;
   /** Jitter source (tests). */
   random?: () => number;
+  /** Applied to every listed or watched object before it is stored (see ReflectorState). */
+  transform?: (o: T) => T;
+}
+
+/**
+ * A transform that drops `metadata.managedFields` (server-side apply's record of who owns
+ * which field: per writer a tree of every field it set, often larger than the object's
+ * spec), which nodelet never reads. The object is the one just parsed: changed in place.
+ */
+export function dropManagedFields<T extends KubeObject>(o: T): T {
+  const md = o.metadata as { managedFields?: unknown } | undefined;
+  if (md?.managedFields !== undefined) delete md.managedFields;
+  return o;
 }
 
 export class Reflector<T extends KubeObject = KubeObject> {
-  readonly state = new ReflectorState<T>();
+  readonly state: ReflectorState<T>;
   readonly #o: ReflectorOptions<T>;
   readonly #clock: Clock;
   readonly #log: Logger;
@@ -137,6 +157,7 @@ export class Reflector<T extends KubeObject = KubeObject> {
 
   constructor(o: ReflectorOptions<T>) {
     this.#o = o;
+    this.state = new ReflectorState<T>(o.transform);
     this.#clock = o.clock ?? realClock;
     this.#log = o.logger.child({ component: 'reflector', resource: o.type.resource });
     this.#loop = new Loop({ name: 'reflector', turn: (signal) => this.#turn(signal), delayMs: () => this.#nextDelayMs(), clock: this.#clock, logger: this.#log });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { KubeObject, WatchEvent } from '../../../src/controlplane/client.js';
 import { PODS } from '../../../src/controlplane/client.js';
-import { Reflector, ReflectorState, type ReflectorClient, type ReflectorEvent } from '../../../src/controlplane/reflector.js';
+import { dropManagedFields, Reflector, ReflectorState, type ReflectorClient, type ReflectorEvent } from '../../../src/controlplane/reflector.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { VirtualClock } from '../../helpers/clock.js';
@@ -31,6 +31,30 @@ describe('ReflectorState', () => {
     expect(events.map((e) => s.apply(e))).toEqual(want);
     expect(s.resourceVersion).toBe(rv);
     expect(s.items().map((o) => o.metadata!.name).sort()).toEqual(names);
+  });
+});
+
+describe('ReflectorState with a transform', () => {
+  const mf = { managedFields: [{ manager: 'nodelet', operation: 'Update', fieldsType: 'FieldsV1', fieldsV1: { 'f:status': { 'f:phase': {} } } }] };
+  const withMf = (name: string, rv: string): KubeObject => ({ metadata: { name, namespace: 'ns', resourceVersion: rv, ...mf } as KubeObject['metadata'], spec: { x: 1 } } as KubeObject);
+  const without = (name: string, rv: string): KubeObject => ({ metadata: { name, namespace: 'ns', resourceVersion: rv }, spec: { x: 1 } } as KubeObject);
+
+  it('dropManagedFields: stored, replaced and passed-on objects carry no managedFields, everything else kept', () => {
+    const s = new ReflectorState<KubeObject>(dropManagedFields);
+    expect(s.replace([withMf('a', '1')], '5')).toEqual({ type: 'replace', items: [without('a', '1')], resourceVersion: '5' });
+    expect(s.apply({ type: 'MODIFIED', object: withMf('a', '6') })).toEqual({ type: 'update', object: without('a', '6'), old: without('a', '1') });
+    expect(s.apply({ type: 'ADDED', object: withMf('b', '7') })).toEqual({ type: 'add', object: without('b', '7') });
+    expect(s.get('ns/b')).toEqual(without('b', '7'));
+    // A replayed event is still recognized by its resourceVersion.
+    expect(s.apply({ type: 'MODIFIED', object: withMf('b', '7') })).toBeUndefined();
+    // Deletions pass the object as the server sent it (nothing stored).
+    expect(s.apply({ type: 'DELETED', object: withMf('a', '8') })).toMatchObject({ type: 'delete' });
+    expect(s.items().map((o) => o.metadata!.name)).toEqual(['b']);
+  });
+
+  it('dropManagedFields leaves an object without metadata or managedFields as it is', () => {
+    expect(dropManagedFields({})).toEqual({});
+    expect(dropManagedFields(without('c', '1'))).toEqual(without('c', '1'));
   });
 });
 
