@@ -1,8 +1,8 @@
 /**
  * nodelet's HTTPS client of the control plane. One `node:https` Agent (keep-alive, TLS from
- * the kubeconfig) per client: Node's own HTTP/1.1 client, already loaded by the servers, where
- * undici cost ~18 MB of resident memory per connected node for its modules alone. Every request sends `User-Agent: nodelet/<version>` and
- * `Accept-Encoding: gzip` and decompresses the answer. Each call has a deadline
+ * the kubeconfig) per client: Node's own HTTP/1.1 client, already loaded by the servers
+ * (undici, used before, cost ~18 MB of resident memory for its modules alone). Every request
+ * sends `User-Agent: nodelet/<version>` and `Accept-Encoding: gzip` and decompresses the answer. Each call has a deadline
  * (`timeoutMs`, default 30 s) and honours the caller's AbortSignal; a watch has no
  * deadline (the reflector keeps its own inactivity timer). Every failure is a NodeletError
  * from errors.ts. The client does not retry: retries live in loops (reflector,
