@@ -2,7 +2,7 @@ import type { Container, Pod, Probe } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/log.js';
 import { ProbeManager, runProbe, type ExecFn } from '../../../src/pods/probes.js';
-import { ManualClock } from '../../helpers/clock.js';
+import { ManualClock, VirtualClock } from '../../helpers/clock.js';
 import { execAnswer as exec, probeTarget as target } from '../../fakes/probe-exec.js';
 
 describe('runProbe', () => {
@@ -122,5 +122,54 @@ describe('ProbeManager', () => {
     const before = calls.length;
     await turn(5000);
     expect(calls.length).toBe(before);
+  });
+});
+
+describe('ProbeManager loop schedule', () => {
+  /** A manager on a VirtualClock whose loop runs; exec answers at once. */
+  function running() {
+    const clock = new VirtualClock(1_000_000);
+    const calls: string[] = [];
+    const pm = new ProbeManager({
+      exec: async (_id, cmd) => (calls.push(cmd.join(' ')), { exitCode: 0, stdout: Buffer.from(''), stderr: Buffer.from('') }),
+      clock,
+      logger: silentLogger(),
+      onChange: () => {},
+    });
+    const pod = (spec: Partial<Container>): Pod => ({ metadata: { name: 'p', namespace: 'default', uid: 'u1' }, spec: { containers: [{ name: 'app', image: 'busybox', ...spec }] } });
+    return { clock, calls, pm, pod };
+  }
+
+  it('with no probe the loop sleeps until update() gives it one (no turn every 250 ms)', async () => {
+    const { clock, calls, pm, pod } = running();
+    pm.start();
+    await clock.advance(60_000);
+    expect(clock.sleeps).toEqual([2 ** 30]);
+    pm.update(pod({ livenessProbe: probe('alive', { initialDelaySeconds: 3, periodSeconds: 10 }) }), [{ id: 'c1', name: 'app', startedAt: clock.t }], '127.0.0.1');
+    await clock.advance(2_999);
+    expect(calls).toEqual([]);
+    await clock.advance(1);
+    expect(calls).toEqual(['alive']);
+    await clock.advance(30_000);
+    expect(calls).toEqual(['alive', 'alive', 'alive', 'alive']);
+    // Two sleeps per probe run (while it runs, until the finished probe wakes the loop; then
+    // until the next one is due), plus the first: 90 s of polling every 250 ms would be 360.
+    expect(clock.sleeps.length).toBeLessThanOrEqual(2 + 4 * 2);
+    await pm.stop();
+  });
+
+  it('a liveness probe waiting for the startup probe runs right after the startup probe succeeds, without polling meanwhile', async () => {
+    const { clock, calls, pm, pod } = running();
+    pm.start();
+    pm.update(pod({ startupProbe: probe('started', { initialDelaySeconds: 5, periodSeconds: 10 }), livenessProbe: probe('alive', { periodSeconds: 10 }) }), [{ id: 'c1', name: 'app', startedAt: clock.t }], '127.0.0.1');
+    await clock.advance(4_999);
+    expect(calls).toEqual([]);
+    // Only the startup probe's time was slept for: the liveness probe, due at once, waits for it.
+    expect(clock.sleeps.filter((ms) => ms < 2 ** 30).every((ms) => ms >= 4_000)).toBe(true);
+    await clock.advance(1);
+    expect(calls).toEqual(['started', 'alive']);
+    await clock.advance(10_000);
+    expect(calls).toEqual(['started', 'alive', 'alive']); // the startup probe is done for this container
+    await pm.stop();
   });
 });
