@@ -12,7 +12,7 @@ import fs from 'node:fs';
 import { realClock, type Clock } from './clock.js';
 import { standaloneMode, type Mode, type NodeMode } from './connected.js';
 import { errorMessage } from './errors.js';
-import { eventLoopCheck, HealthRegistry } from './health/checks.js';
+import { EventLoopDelay, eventLoopCheck, HealthRegistry } from './health/checks.js';
 import { HealthzServer } from './server/healthz-server.js';
 import type { Logger } from './log.js';
 import { Loop, type Service } from './loop.js';
@@ -160,6 +160,7 @@ export class Daemon {
     // nodelet's own steps keep), a warning from 1 s (healthz and the watchdog notice soon).
     const loopLog = this.#log.child({ component: 'eventloop' });
     const loop = eventLoopCheck({
+      delay: this.#loopDelay,
       onDelay: ({ maxMs }) => {
         if (maxMs >= 1000) loopLog.warn({ maxDelayMs: maxMs }, `the event loop was blocked for ${maxMs} ms`);
         else if (maxMs >= 50) loopLog.debug({ maxDelayMs: maxMs }, `event loop delay ${maxMs} ms`);
@@ -204,6 +205,8 @@ export class Daemon {
   }
 
   #host: HostCheckRun | undefined;
+  /** Event-loop delay: one sampler for the eventloop check's log and /metrics. */
+  readonly #loopDelay = new EventLoopDelay();
   #imageRecords: ImagePullRecords | undefined;
   #allocation: AllocationRecords | undefined;
 
@@ -265,10 +268,10 @@ export class Daemon {
     const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy } = await import('./daemon-services.js');
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
     // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
-    const metrics = new Metrics({ nodeName: identity.nodeName });
+    const metrics = new Metrics({ nodeName: identity.nodeName, loopDelay: this.#loopDelay });
     // The control-plane client is loaded only when connected.
     const unobserve = this.mode === 'connected' ? (await import('./controlplane/client.js')).observeControlPlaneRequests((code, method, host) => metrics.restClientRequest(code, method, host)) : () => {};
-    services.push({ name: 'metrics', start: () => {}, stop: async () => (unobserve(), metrics.close()) });
+    services.push({ name: 'metrics', start: () => {}, stop: async () => unobserve() });
 
     // The container runtime: a client that never fails at construction (the socket may
     // appear later), and a health loop that reports it and recovers by itself.

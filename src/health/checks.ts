@@ -6,7 +6,7 @@
  * responsive), not the runtime's or the control plane's: a dead containerd shows in the
  * node's Ready condition, because restarting nodelet would not fix it.
  */
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { createHistogram, monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { realClock, type Clock } from '../clock.js';
 import { Loop } from '../loop.js';
 
@@ -82,31 +82,128 @@ export function renderHealthz(report: HealthReport, verbose: boolean): { status:
 
 /** How long one step held the event loop, as the event-loop check reports it. */
 export interface EventLoopDelayReport {
-  /** The longest delay seen since the last report, in ms (10 ms resolution). */
+  /** The longest delay seen since the last report, in ms. */
   maxMs: number;
+}
+
+/** What the fine-grained sampler looks like to the monitor (Node's IntervalHistogram; a fake in tests). */
+export interface DelaySampler {
+  /** Longest delay recorded since the last reset, in ns (0 when nothing was recorded). */
+  readonly max: number;
+  readonly count: number;
+  reset(): void;
+  disable(): void;
+}
+
+/**
+ * Event-loop delay at almost no cost while nodelet is idle.
+ *
+ * Node's delay histogram (`monitorEventLoopDelay`) wakes the process every `resolution`
+ * ms to time its own timer: at 10 ms that is 100 wake-ups a second, which on these
+ * machines cost more than half of nodelet's whole idle CPU (two of them ran, 10 and 20 ms,
+ * one for this check and one for /metrics). A step can only hold the loop for X ms where
+ * the loop was busy for X ms, which `performance.eventLoopUtilization()` tells for free.
+ * So the fine sampler (10 ms) runs only after a window in which the loop was busy for at
+ * least `busyMs` (a step that long was possible), and stops after a quieter one; in every
+ * window the check's own timer is a sampler too (how late its turn came), so a step that
+ * holds an idle loop is still seen, at worst as its length minus one check period.
+ * Each `sample()` is one window (a turn of the event-loop check); the windows' longest
+ * delays also feed /metrics (`take()`: the longest and the 99th percentile since the
+ * previous scrape).
+ */
+export class EventLoopDelay {
+  readonly #busyMs: number;
+  readonly #activeMs: () => number;
+  readonly #fine: () => DelaySampler;
+  #sampler: DelaySampler | undefined;
+  /** The windows' longest delays since the last take(), in ns (createHistogram records integers ≥ 1). */
+  readonly #windows = createHistogram();
+
+  constructor(o: { busyMs?: number; activeMs?: () => number; fine?: () => DelaySampler } = {}) {
+    this.#busyMs = o.busyMs ?? 50;
+    this.#activeMs = o.activeMs ?? activeMsSinceLastCall();
+    this.#fine =
+      o.fine ??
+      (() => {
+        const h = monitorEventLoopDelay({ resolution: 10 });
+        h.enable();
+        return h;
+      });
+  }
+
+  /** Whether the fine sampler runs now (the last window was busy). */
+  get fine(): boolean {
+    return this.#sampler !== undefined;
+  }
+
+  /**
+   * Ends a window: `latenessMs` is how late the caller's timer fired. Returns the longest
+   * delay seen in the window, in ms, and decides whether the next window is sampled finely.
+   */
+  sample(latenessMs: number): number {
+    let maxMs = Math.max(0, latenessMs);
+    const s = this.#sampler;
+    if (s) {
+      if (s.count > 0) maxMs = Math.max(maxMs, s.max / 1e6);
+      s.reset();
+    }
+    if (maxMs > 0) this.#windows.record(Math.max(1, Math.round(maxMs * 1e6)));
+    const busy = this.#activeMs() >= this.#busyMs;
+    if (busy && !s) this.#sampler = this.#fine();
+    else if (!busy && s) {
+      s.disable();
+      this.#sampler = undefined;
+    }
+    return maxMs;
+  }
+
+  /** For /metrics: the longest window delay and their 99th percentile since the last take, in seconds; then forgets them. */
+  take(): { maxSeconds: number; p99Seconds: number } {
+    const h = this.#windows;
+    const out = h.count > 0 ? { maxSeconds: h.max / 1e9, p99Seconds: h.percentile(99) / 1e9 } : { maxSeconds: 0, p99Seconds: 0 };
+    h.reset();
+    return out;
+  }
+
+  stop(): void {
+    this.#sampler?.disable();
+    this.#sampler = undefined;
+  }
+}
+
+/** Milliseconds the event loop was active (not waiting for events) since the previous call. */
+function activeMsSinceLastCall(): () => number {
+  let last = performance.eventLoopUtilization();
+  return () => {
+    const now = performance.eventLoopUtilization();
+    const d = performance.eventLoopUtilization(now, last);
+    last = now;
+    return d.active;
+  };
 }
 
 /**
  * Liveness of the event loop: a loop that should turn every `periodMs` (on the real
  * clock: its point is to notice when timers stop firing); the check fails when the last
  * turn is older than `maxLagMs`. (A fully frozen event loop cannot answer at all; this
- * catches one that is alive but starved.) Each turn also reads Node's event-loop delay
- * histogram and hands its maximum since the last turn to `onDelay` (the daemon logs it:
- * a step that held the loop is named in the log with how long). Start it with the
- * daemon; `stop()` ends it.
+ * catches one that is alive but starved.) Each turn ends a window of `delay`
+ * (EventLoopDelay: how late this turn came, and the fine sampler when the loop was busy)
+ * and hands its longest delay to `onDelay` (the daemon logs it: a step that held the loop
+ * is named in the log with how long). Start it with the daemon; `stop()` ends it.
  */
 export function eventLoopCheck(
-  o: { periodMs?: number; maxLagMs?: number; clock?: Clock; onDelay?: (r: EventLoopDelayReport) => void } = {},
+  o: { periodMs?: number; maxLagMs?: number; clock?: Clock; delay?: EventLoopDelay; onDelay?: (r: EventLoopDelayReport) => void } = {},
 ): HealthCheck & { start(signal?: AbortSignal): void; stop(): Promise<void> } {
   const { periodMs = 500, maxLagMs = 10_000, clock = realClock } = o;
+  const delay = o.delay ?? new EventLoopDelay();
   let last = clock.now();
-  const histogram = monitorEventLoopDelay({ resolution: 10 });
   const loop = new Loop({
     name: 'eventloop-check',
     turn: async () => {
-      last = clock.now();
-      const maxMs = Math.round(histogram.max / 1e6);
-      histogram.reset();
+      const now = clock.now();
+      // The previous turn ended at `last` and slept periodMs: whatever is beyond that held the loop.
+      const maxMs = Math.round(delay.sample(now - last - periodMs));
+      last = now;
       if (maxMs > 0) o.onDelay?.({ maxMs });
     },
     delayMs: () => periodMs,
@@ -119,12 +216,12 @@ export function eventLoopCheck(
       if (lag > maxLagMs) throw new Error(`event loop stalled for ${lag}ms`);
     },
     start: (signal) => {
-      histogram.enable();
+      last = clock.now() - periodMs;
       loop.start(signal);
     },
     stop: async () => {
       await loop.stop();
-      histogram.disable();
+      delay.stop();
     },
   };
 }

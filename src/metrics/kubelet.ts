@@ -13,7 +13,7 @@
 import type { ObservedPod } from '../pods/observed.js';
 import { VERSION } from '../version.js';
 import { Collected, Counter, DEF_BUCKETS, exponentialBuckets, Gauge, Histogram, Registry } from './exposition.js';
-import { registerProcessMetrics } from './process.js';
+import { registerProcessMetrics, type LoopDelaySource } from './process.js';
 
 /** The kubelet's pod startup buckets (podStartupDurationBuckets). */
 export const POD_STARTUP_BUCKETS = [0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600];
@@ -77,7 +77,6 @@ export interface NodeShutdownMetrics {
 
 export class Metrics implements PodManagerMetrics {
   readonly registry = new Registry();
-  readonly #stopProcess: () => void;
 
   readonly runningPods = this.registry.register(new Gauge('kubelet_running_pods', '[ALPHA] Number of pods that have a running pod sandbox', []));
   readonly runningContainers = this.registry.register(new Gauge('kubelet_running_containers', '[ALPHA] Number of containers currently running', ['container_state']));
@@ -114,11 +113,11 @@ export class Metrics implements PodManagerMetrics {
 
   #gracefulShutdown: NodeShutdownMetrics | undefined;
 
-  constructor(o: { processMetrics?: boolean; startTimeMs?: number; nodeName?: string } = {}) {
+  constructor(o: { processMetrics?: boolean; startTimeMs?: number; nodeName?: string; loopDelay?: LoopDelaySource } = {}) {
     this.registry.register(new Collected('nodelet_build_info', 'nodelet version; always 1.', 'gauge', ['version'], () => [{ labels: { version: VERSION }, value: 1 }]));
     const nodeName = o.nodeName;
     if (nodeName !== undefined) this.registry.register(new Collected('kubelet_node_name', "[ALPHA] The node's name. The count is always 1.", 'gauge', ['node'], () => [{ labels: { node: nodeName }, value: 1 }]));
-    this.#stopProcess = o.processMetrics === false ? () => {} : registerProcessMetrics(this.registry, o.startTimeMs);
+    if (o.processMetrics !== false) registerProcessMetrics(this.registry, o.startTimeMs, o.loopDelay);
     // Gauges read before the first relist show 0 rather than nothing.
     this.runningPods.set(undefined, 0);
   }
@@ -194,10 +193,5 @@ export class Metrics implements PodManagerMetrics {
 
   render(): string {
     return this.registry.render();
-  }
-
-  /** Stops the event-loop monitor. Idempotent. */
-  close(): void {
-    this.#stopProcess();
   }
 }

@@ -6,7 +6,6 @@
  * Linux only (/proc/self); a file that cannot be read leaves its family without a sample.
  */
 import fs from 'node:fs';
-import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import { Collected, type Registry, type Sample } from './exposition.js';
 
 function readOr(file: string): string | undefined {
@@ -21,10 +20,16 @@ function one(value: number | undefined): Sample[] {
   return value === undefined || Number.isNaN(value) ? [] : [{ value }];
 }
 
-/** Registers the process_* and nodejs_* families; returns a stop for the event-loop monitor. */
-export function registerProcessMetrics(reg: Registry, startTimeMs = Date.now() - process.uptime() * 1000): () => void {
-  const loop: IntervalHistogram = monitorEventLoopDelay({ resolution: 20 });
-  loop.enable();
+/** The event-loop delays since the previous scrape (the health check's EventLoopDelay: one sampler for both). */
+export interface LoopDelaySource {
+  take(): { maxSeconds: number; p99Seconds: number };
+}
+
+/**
+ * Registers the process_* and nodejs_* families. The nodejs_eventloop_lag_* pair only with
+ * `loopDelay` (no sampler of its own: a second delay histogram woke the process 50 times a second).
+ */
+export function registerProcessMetrics(reg: Registry, startTimeMs = Date.now() - process.uptime() * 1000, loopDelay?: LoopDelaySource): void {
   reg.register(
     new Collected('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.', 'counter', [], () => {
       const u = process.cpuUsage();
@@ -57,24 +62,23 @@ export function registerProcessMetrics(reg: Registry, startTimeMs = Date.now() -
   reg.register(new Collected('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.', 'gauge', [], () => one(process.memoryUsage().heapTotal)));
   reg.register(new Collected('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.', 'gauge', [], () => one(process.memoryUsage().heapUsed)));
   reg.register(new Collected('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.', 'gauge', [], () => one(process.memoryUsage().external)));
-  reg.register(
-    new Collected('nodejs_eventloop_lag_max_seconds', 'The longest recorded event loop delay since the previous scrape, in seconds.', 'gauge', [], () => {
-      // Registered before the p99 family, which resets the monitor after reading it.
-      return one(loop.count > 0 ? loop.max / 1e9 : 0);
-    }),
-  );
-  reg.register(
-    new Collected('nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of the recorded event loop delays since the previous scrape, in seconds.', 'gauge', [], () => {
-      const v = loop.count > 0 ? loop.percentile(99) / 1e9 : 0;
-      loop.reset();
-      return one(v);
-    }),
-  );
+  if (loopDelay) {
+    // One take() per scrape serves both families: the max family (registered first) takes, the p99 one reads what it took.
+    let taken = { maxSeconds: 0, p99Seconds: 0 };
+    reg.register(
+      new Collected('nodejs_eventloop_lag_max_seconds', 'The longest recorded event loop delay since the previous scrape, in seconds.', 'gauge', [], () => {
+        taken = loopDelay.take();
+        return one(taken.maxSeconds);
+      }),
+    );
+    reg.register(
+      new Collected('nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of the recorded event loop delays since the previous scrape, in seconds.', 'gauge', [], () => one(taken.p99Seconds)),
+    );
+  }
   const [major, minor, patch] = process.versions.node.split('.');
   reg.register(
     new Collected('nodejs_version_info', 'Node.js version info.', 'gauge', ['version', 'major', 'minor', 'patch'], () => [
       { labels: { version: process.version, major: major ?? '', minor: minor ?? '', patch: patch ?? '' }, value: 1 },
     ]),
   );
-  return () => loop.disable();
 }

@@ -98,7 +98,6 @@ describe('kubelet metrics', () => {
     // A state gone from the runtime is gone from the gauge.
     m.relisted([obs('a', true, ['running'])]);
     expect(m.render()).not.toContain('container_state="exited"');
-    m.close();
   });
 
   it('names the node, and counts lease renewals the control plane accepted and those that failed', async () => {
@@ -123,7 +122,6 @@ describe('kubelet metrics', () => {
     expect(text).toContain('kubelet_node_name{node="n1"} 1');
     expect(text).toContain('kubelet_node_lease_renew_total 2');
     expect(text).toContain('kubelet_node_lease_renew_failures_total 1');
-    m.close();
   });
 
   it('the graceful node shutdown gauges: none until asked for, then upstream\'s names, help and stability, 0, then unix seconds', () => {
@@ -148,7 +146,6 @@ describe('kubelet metrics', () => {
     g.setShutdownStartTime(Date.UTC(2026, 10, 24, 7, 0, 0));
     g.setShutdownEndTime(Date.UTC(2026, 10, 24, 7, 0, 2, 600));
     expect(family(m.render()).filter((l) => !l.startsWith('#'))).toEqual(['kubelet_graceful_shutdown_start_time_seconds 1795503600', 'kubelet_graceful_shutdown_end_time_seconds 1795503602.6']);
-    m.close();
   });
 
   it('counts started sandboxes and containers (init apart, errors with their code) at the runtime port', async () => {
@@ -175,7 +172,6 @@ describe('kubelet metrics', () => {
     expect(m.startedContainers.value({ container_type: 'init_container' })).toBe(1);
     expect(m.startedContainers.value({ container_type: 'container' })).toBe(1);
     expect(m.startedContainersErrors.value({ container_type: 'container', code: 'INVALID_ARGUMENT' })).toBe(1);
-    m.close();
   });
 });
 
