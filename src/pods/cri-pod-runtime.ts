@@ -115,6 +115,11 @@ const STATE: Record<ContainerState, ObservedContainerState> = {
 
 const nsToMs = (ns: number) => (ns > 0 ? Math.floor(ns / 1e6) : undefined);
 
+/** The same entry objects, in any order (the runtime lists in no fixed order). */
+function sameEntries(a: readonly object[], b: readonly object[]): boolean {
+  return a.length === b.length && b.every((x) => a.includes(x));
+}
+
 function withReason(err: unknown, reason: string, prefix: string): NodeletError {
   if (err instanceof NodeletError && typeof err.details.reason === 'string') return err;
   const code = err instanceof NodeletError ? err.code : 'INTERNAL';
@@ -147,6 +152,14 @@ export class CriPodRuntime implements PodRuntime {
   readonly #statuses = new Map<string, KnownStatus>();
   /** A ready sandbox's IPs do not change for its life: asked once (PodSandboxStatus), forgotten with it. */
   readonly #sandboxIPs = new Map<string, string[]>();
+  /**
+   * Each pod's last observation from the relist, with the list entries it was built from.
+   * The CRI client hands back an unchanged list entry as the same object (list-decoder.ts),
+   * so while a pod's entries are the same objects, and its observation was built wholly from
+   * the caches above, the observation is the same too: kept, and the same object handed to
+   * the pod manager (which then knows at once that nothing changed).
+   */
+  readonly #relisted = new Map<string, { sandboxes: readonly object[]; containers: readonly object[]; observed: ObservedPod }>();
   readonly #log: Logger;
 
   constructor(o: CriPodRuntimeOptions) {
@@ -229,7 +242,27 @@ export class CriPodRuntime implements PodRuntime {
     };
     for (const s of sandboxes) if (s.labels[K.LABEL_POD_UID]) group(s.labels[K.LABEL_POD_UID]).sandboxes.push(s);
     for (const c of containers) if (c.labels[K.LABEL_POD_UID]) group(c.labels[K.LABEL_POD_UID]).containers.push(c);
-    return Promise.all([...byUid].map(([uid, g]) => this.#observe(uid, g.sandboxes, g.containers)));
+    for (const uid of this.#relisted.keys()) if (!byUid.has(uid)) this.#relisted.delete(uid);
+    const out: (ObservedPod | Promise<ObservedPod>)[] = [];
+    for (const [uid, g] of byUid) {
+      const kept = this.#relisted.get(uid);
+      if (kept && sameEntries(kept.sandboxes, g.sandboxes) && sameEntries(kept.containers, g.containers)) out.push(kept.observed);
+      else out.push(this.#observeListed(uid, g.sandboxes, g.containers));
+    }
+    return Promise.all(out);
+  }
+
+  /** A pod's observation from the relist's entries, kept for the next relist when nothing in it came from outside the caches. */
+  async #observeListed(uid: string, sandboxes: Awaited<ReturnType<CriClient['listPodSandbox']>>, containers: Awaited<ReturnType<CriClient['listContainers']>>): Promise<ObservedPod> {
+    this.#relisted.delete(uid);
+    const observed = await this.#observe(uid, sandboxes, containers);
+    // Kept only when every container's status is cached for the state listed (none caught
+    // mid-transition, none gone between list and status) and every ready sandbox's IPs are known.
+    const complete =
+      containers.every((c) => this.#statuses.get(c.id)?.listed === c.state) &&
+      sandboxes.every((sb) => sb.state !== 'SANDBOX_READY' || this.#sandboxIPs.has(sb.id));
+    if (complete) this.#relisted.set(uid, { sandboxes, containers, observed });
+    return observed;
   }
 
   async observePod(uid: string): Promise<ObservedPod> {
@@ -501,6 +534,7 @@ export class CriPodRuntime implements PodRuntime {
   }
 
   async removeContainer(id: string): Promise<void> {
+    for (const [uid, kept] of this.#relisted) if (kept.observed.containers.some((c) => c.id === id)) this.#relisted.delete(uid);
     const labels = this.#o.containerLogDir !== undefined ? (this.#statuses.get(id)?.st ?? (await this.#o.cri.containerStatus(id).catch(() => undefined)))?.labels : undefined;
     this.#statuses.delete(id);
     await this.#o.cri.removeContainer(id);

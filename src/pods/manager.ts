@@ -266,15 +266,15 @@ export class PodManager {
       const obs = listed.get(uid);
       // A steady pod is left alone: nothing changed in the runtime, nothing asked for it.
       // (A sync in flight is still waited for by syncOnce.)
-      if (!w.needsSync && now < w.wakeAt && now - w.lastSyncAt < this.#o.syncFrequencyMs && observedKey(obs) === w.observedKey) {
-        jobs.push(w.idle());
+      if (!w.needsSync && now < w.wakeAt && now - w.lastSyncAt < this.#o.syncFrequencyMs && this.#unchanged(w, obs)) {
+        if (w.busy) jobs.push(w.idle());
         continue;
       }
       jobs.push(w.request(() => this.#sync(w, (this.#syncedSeq.get(w) ?? 0) < listSeq ? obs : undefined)));
     }
     for (const [uid, w] of this.#workers) {
       if (w.terminating) {
-        jobs.push(w.idle());
+        if (w.busy) jobs.push(w.idle());
         continue;
       }
       const want = this.#desired.get(uid);
@@ -317,6 +317,18 @@ export class PodManager {
       jobs.push(w.request(() => this.#terminate(w, grace)));
     }
     return jobs;
+  }
+
+  /**
+   * The relist's observation of a pod leads to what its last sync saw: the same object (the
+   * pod runtime keeps an unchanged pod's observation, cri-pod-runtime.ts), else the same
+   * observedKey (then remembered as that object, so the next relist compares no strings).
+   */
+  #unchanged(w: PodWorker, obs: ObservedPod | undefined): boolean {
+    if (obs !== undefined && obs === w.observedRef) return true;
+    if (observedKey(obs) !== w.observedKey) return false;
+    w.observedRef = obs;
+    return true;
   }
 
   /** One warning (and one Warning event on the Node) per runtime pod marked with another node's name. */
@@ -407,6 +419,7 @@ export class PodManager {
       w.needsSync = true;
     }
     w.observedKey = observedKey(w.observed);
+    w.observedRef = w.observed;
     w.lastSyncAt = ctx.clock.now();
     this.#syncedSeq.set(w, ++this.#seq);
     this.#o.metrics.podWorkerDuration(operation, (ctx.clock.now() - syncStarted) / 1000);
@@ -523,11 +536,10 @@ function wakeAt(w: PodWorker, resyncAt: number | undefined, now: number): number
  */
 export function observedKey(o: ObservedPod | undefined): string {
   if (!o || (!o.sandboxes.length && !o.containers.length)) return '';
-  let k = '';
-  for (const s of o.sandboxes) k += `${s.id}/${s.attempt}/${s.ready ? 1 : 0}/${s.createdAt}/${s.ips?.join(',') ?? ''};`;
-  k += '|';
-  for (const c of o.containers) k += `${c.id}/${c.name}/${c.podSandboxId}/${c.state}/${c.restartCount}/${c.attempt}/${c.hash}/${c.startedAt ?? ''}/${c.finishedAt ?? ''}/${c.exitCode ?? ''}/${c.reason ?? ''};`;
-  return k;
+  // In ID order: the runtime lists in no fixed order, and the same pod listed in another order is unchanged.
+  const sandboxes = o.sandboxes.map((s) => `${s.id}/${s.attempt}/${s.ready ? 1 : 0}/${s.createdAt}/${s.ips?.join(',') ?? ''};`).sort();
+  const containers = o.containers.map((c) => `${c.id}/${c.name}/${c.podSandboxId}/${c.state}/${c.restartCount}/${c.attempt}/${c.hash}/${c.startedAt ?? ''}/${c.finishedAt ?? ''}/${c.exitCode ?? ''}/${c.reason ?? ''};`).sort();
+  return `${sandboxes.join('')}|${containers.join('')}`;
 }
 
 /** The control plane asked for the pod's deletion (metadata.deletionTimestamp set). */

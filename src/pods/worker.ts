@@ -62,6 +62,8 @@ export class PodWorker {
   needsSync = true;
   wakeAt = Infinity;
   observedKey = '';
+  /** The observation observedKey was last computed or confirmed for: the relist's same object is unchanged without a key. */
+  observedRef: ObservedPod | undefined;
   lastSyncAt = -Infinity;
   #state: WorkerState;
   #next: (() => Promise<void>) | undefined;
@@ -119,6 +121,11 @@ export class PodWorker {
       }
     })();
     return this.#running;
+  }
+
+  /** A sync or termination is running (or queued behind one). */
+  get busy(): boolean {
+    return this.#running !== undefined;
   }
 
   idle(): Promise<void> {

@@ -17,6 +17,7 @@ import * as grpc from '@grpc/grpc-js';
 import { NodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { fromGrpcError } from './errors.js';
+import { ListDecoder } from './list-decoder.js';
 import { loadCriPackage } from './proto.js';
 import { parseEndpoint } from './endpoint.js';
 import type {
@@ -113,9 +114,10 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       : new pkg.ImageService(imageEndpoint, creds, CHANNEL_OPTIONS);
   let closed = false;
 
-  function call<Res>(client: grpc.Client, method: string, req: object, deadlineMs = requestTimeoutMs): Promise<Res> {
+  /** One unary call of CRI `method`; `fnName`: the client's function for it (the raw lists have their own). */
+  function call<Res>(client: grpc.Client, method: string, req: object, deadlineMs = requestTimeoutMs, fnName = method): Promise<Res> {
     if (closed) return Promise.reject(new NodeletError('CANCELLED', `${method}: CRI client closed`, { method }));
-    const fn = (client as unknown as Record<string, UnaryMethod>)[method]!;
+    const fn = (client as unknown as Record<string, UnaryMethod>)[fnName]!;
     const started = Date.now();
     return new Promise<Res>((resolve, reject) => {
       // waitForReady false: fail fast with UNAVAILABLE while the runtime is away.
@@ -136,6 +138,29 @@ export function createCriClient(opts: CriClientOptions): CriClient {
   }
 
   const rt = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>(runtimeClient, method, req, deadlineMs);
+
+  // The relist's unfiltered lists: answers taken raw and decoded by ListDecoder, which hands
+  // back an unchanged entry as the same frozen object as the previous answer (list-decoder.ts).
+  const lists = {
+    ListPodSandbox: new ListDecoder(pkg.decoder('PodSandbox') as (b: Uint8Array) => PodSandbox),
+    ListContainers: new ListDecoder(pkg.decoder('Container') as (b: Uint8Array) => Container),
+  };
+  const rawClient = runtimeClient as unknown as Record<string, unknown>;
+  for (const method of Object.keys(lists) as (keyof typeof lists)[]) {
+    const def = pkg.RuntimeService.service[method]!;
+    // A method of its own on the client (a `raw` name), so call() times, observes and maps its errors as any other.
+    rawClient[`${method}Raw`] = function (this: grpc.Client, req: object, md: grpc.Metadata, o: grpc.CallOptions, cb: Callback) {
+      return this.makeUnaryRequest(def.path, def.requestSerialize, (b: Buffer) => b, req, md, o, cb as (err: grpc.ServiceError | null, res?: Buffer) => void);
+    };
+  }
+  async function rawList<K extends keyof typeof lists>(method: K): Promise<ReturnType<(typeof lists)[K]['decode']>> {
+    const raw = await call<Buffer>(runtimeClient, method, {}, requestTimeoutMs, `${method}Raw`);
+    try {
+      return lists[method].decode(raw) as ReturnType<(typeof lists)[K]['decode']>;
+    } catch (err) {
+      throw new NodeletError('INTERNAL', `${method}: cannot decode the runtime's answer: ${err instanceof Error ? err.message : String(err)}`, { method });
+    }
+  }
   const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>(imageClient, method, req, deadlineMs);
 
   return {
@@ -175,6 +200,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       return res.status as PodSandboxStatus;
     },
     async listPodSandbox(filter?: PodSandboxFilter) {
+      if (!filter) return rawList('ListPodSandbox');
       const f = filter && { id: filter.id ?? '', labelSelector: filter.labelSelector ?? {}, ...(filter.state ? { state: { state: filter.state } } : {}) };
       const res = await rt('ListPodSandbox', f ? { filter: f } : {});
       return (res.items as PodSandbox[]) ?? [];
@@ -195,6 +221,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       await rt('RemoveContainer', { containerId: id });
     },
     async listContainers(filter?: ContainerFilter) {
+      if (!filter) return rawList('ListContainers');
       const f = filter && {
         id: filter.id ?? '',
         podSandboxId: filter.podSandboxId ?? '',

@@ -53,6 +53,8 @@ export function criProtoJson(protoFile = criProtoPath()): unknown {
 export interface CriPackage {
   RuntimeService: grpc.ServiceClientConstructor;
   ImageService: grpc.ServiceClientConstructor;
+  /** Decodes one message of `runtime.v1.<type>` to the shape the services' answers have (list-decoder.ts decodes entries with it). */
+  decoder(type: string): (bytes: Uint8Array) => object;
 }
 
 let cached: CriPackage | undefined;
@@ -103,6 +105,13 @@ export function loadCriPackage(): CriPackage {
   if (cached) return cached;
   const root = criRoot();
   const ctor = (name: string) => grpc.makeClientConstructor(serviceDefinition(root.lookupService(`runtime.v1.${name}`)), name);
-  cached = { RuntimeService: ctor('RuntimeService'), ImageService: ctor('ImageService') };
+  cached = {
+    RuntimeService: ctor('RuntimeService'),
+    ImageService: ctor('ImageService'),
+    decoder: (type) => {
+      const t = root.lookupType(`runtime.v1.${type}`);
+      return (bytes) => t.toObject(t.decode(bytes), TO_OBJECT_OPTIONS);
+    },
+  };
   return cached;
 }

@@ -67,3 +67,42 @@ describe('CriPodRuntime relist', () => {
     expect(removed!.containers.map((c) => c.name)).toEqual(['a']);
   });
 });
+
+describe('CriPodRuntime relist short-cut', () => {
+  const other: Pod = { metadata: { name: 'keep', namespace: 'default', uid: 'u-keep' }, spec: { hostNetwork: true, containers: [{ name: 'a', image: 'docker.io/local/busybox:latest', command: ['sleep', '3600'] }] } };
+  const relisted = async () => (await rt.listPods()).find((o) => o.uid === 'u-keep')!;
+
+  it('hands back the same observation while nothing of the pod changed, and a new one for each change', async () => {
+    const sandboxId = await rt.runSandbox(other, 0);
+    const start = (restartCount: number) => rt.startContainer({ pod: other, container: other.spec!.containers[0]!, sandboxId, sandboxAttempt: 0, restartCount, init: false });
+    const first = await start(0);
+    const o1 = await relisted();
+    const calls = cri.calls.length;
+    expect(await relisted()).toBe(o1);
+    // Unchanged: two list calls a relist, nothing else asked.
+    expect(cri.calls.slice(calls).map((c) => c.method).sort()).toEqual(['ListContainers', 'ListPodSandbox']);
+
+    // A state change.
+    cri.exitContainer(first, 1);
+    const o2 = await relisted();
+    expect(o2).not.toBe(o1);
+    expect(o2.containers.map((c) => [c.id, c.state, c.exitCode])).toEqual([[first, 'exited', 1]]);
+    expect(await relisted()).toBe(o2);
+
+    // A new container (the restart), then the old one removed: the same count of containers as before, another ID.
+    const second = await start(1);
+    const o3 = await relisted();
+    expect(o3.containers.map((c) => c.id).sort()).toEqual([first, second].sort());
+    await rt.removeContainer(first);
+    const o4 = await relisted();
+    expect(o4).not.toBe(o3);
+    expect(o4.containers.map((c) => [c.id, c.state, c.restartCount])).toEqual([[second, 'running', 1]]);
+    expect(o4.containers.length).toBe(o1.containers.length);
+    expect(await relisted()).toBe(o4);
+
+    // The sandbox stopped: a change too.
+    await rt.stopSandbox(sandboxId);
+    const o5 = await relisted();
+    expect(o5.sandboxes.map((s) => s.ready)).toEqual([false]);
+  });
+});

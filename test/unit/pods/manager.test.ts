@@ -3,7 +3,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../../src/errors.js';
 import type { EventSink } from '../../../src/events.js';
 import { createLogger, silentLogger } from '../../../src/log.js';
-import { PodManager } from '../../../src/pods/manager.js';
+import { observedKey, PodManager } from '../../../src/pods/manager.js';
+import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
 import { ManualClock, VirtualClock } from '../../helpers/clock.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 
@@ -619,5 +620,20 @@ describe('PodManager: status changes told at once (what wakes the status writer)
     m.setDesired([mkPod('u1')]);
     await m.syncOnce();
     expect(m.listPods()[0]!.status!.phase).toBe('Running');
+  });
+});
+
+describe('observedKey (the relist\'s "nothing changed")', () => {
+  const ctr = (id: string, o: Partial<ObservedContainer> = {}): ObservedContainer => ({ id, name: id, podSandboxId: 's1', attempt: 0, state: 'running', restartCount: 0, hash: 'h', image: 'i', imageRef: 'r', createdAt: 1, startedAt: 2, ...o });
+  const pod = (containers: ObservedContainer[]): ObservedPod => ({ uid: 'u', name: 'p', namespace: 'default', sandboxes: [{ id: 's1', attempt: 0, ready: true, createdAt: 1 }], containers });
+
+  it('is the same for the same pod listed in another order, and differs for a state, a new or removed container, a restart with the same count', () => {
+    const base = observedKey(pod([ctr('a'), ctr('b')]));
+    expect(observedKey(pod([ctr('b'), ctr('a')]))).toBe(base);
+    expect(observedKey(pod([ctr('a'), ctr('b', { state: 'exited', finishedAt: 3, exitCode: 1 })]))).not.toBe(base);
+    expect(observedKey(pod([ctr('a'), ctr('b'), ctr('c')]))).not.toBe(base);
+    expect(observedKey(pod([ctr('a')]))).not.toBe(base);
+    expect(observedKey(pod([ctr('a'), ctr('b2', { name: 'b', attempt: 1, restartCount: 1 })]))).not.toBe(base);
+    expect(observedKey(undefined)).toBe('');
   });
 });

@@ -1,0 +1,59 @@
+import protobuf from 'protobufjs';
+import { describe, expect, it } from 'vitest';
+import { ListDecoder, readVarint } from '../../../src/runtime/list-decoder.js';
+import { criProtoPath, TO_OBJECT_OPTIONS } from '../../../src/runtime/proto.js';
+
+const root = protobuf.loadSync(criProtoPath());
+const Response = root.lookupType('runtime.v1.ListContainersResponse');
+const Container = root.lookupType('runtime.v1.Container');
+const decodeOne = (b: Uint8Array) => Container.toObject(Container.decode(b), TO_OBJECT_OPTIONS) as { id: string; state: string; metadata: { attempt: number } };
+
+const c = (id: string, state = 1, attempt = 0) => ({ id, podSandboxId: 's1', metadata: { name: 'app', attempt }, state, createdAt: 1, labels: { 'io.kubernetes.pod.uid': 'u1' } });
+const answer = (...cs: ReturnType<typeof c>[]) => Buffer.from(Response.encode(Response.fromObject({ containers: cs })).finish());
+
+describe('ListDecoder', () => {
+  it('decodes as the whole-answer decode does, and hands back an unchanged entry as the same frozen object, in any order', () => {
+    const d = new ListDecoder(decodeOne);
+    const first = d.decode(answer(c('a'), c('b')));
+    expect(first).toEqual((Response.toObject(Response.decode(answer(c('a'), c('b'))), TO_OBJECT_OPTIONS) as { containers: unknown[] }).containers);
+    expect(Object.isFrozen(first[0])).toBe(true);
+    const again = d.decode(answer(c('b'), c('a')));
+    expect(again[0]).toBe(first[1]);
+    expect(again[1]).toBe(first[0]);
+  });
+
+  it('sees every change: a state, a new entry, a removed one, a new container in the place of an old one with the same count', () => {
+    const d = new ListDecoder(decodeOne);
+    const [a0, b0] = d.decode(answer(c('a'), c('b')));
+    const [a1, b1] = d.decode(answer(c('a', 2), c('b')));
+    expect(a1).not.toBe(a0);
+    expect(a1!.state).toBe('CONTAINER_EXITED');
+    expect(b1).toBe(b0);
+    const three = d.decode(answer(c('a', 2), c('b'), c('n')));
+    expect(three.map((x) => x.id)).toEqual(['a', 'b', 'n']);
+    expect(three[0]).toBe(a1);
+    const two = d.decode(answer(c('b'), c('n')));
+    expect(two[0]).toBe(b0);
+    // The exited container removed and a new one started (another ID, the next attempt): same count, new entry.
+    const restarted = d.decode(answer(c('b'), c('n2', 1, 1)));
+    expect(restarted.map((x) => [x.id, x.metadata.attempt])).toEqual([['b', 0], ['n2', 1]]);
+    // A removed entry is forgotten: back with the same bytes, it is decoded anew.
+    const back = d.decode(answer(c('a'), c('b')));
+    expect(back[0]).not.toBe(a0);
+    expect(back[0]).toEqual(a0);
+  });
+
+  it('decodes an empty answer, and answers of another shape in full without reuse; truncated bytes throw, never hang', () => {
+    const d = new ListDecoder(decodeOne);
+    expect(d.decode(Buffer.alloc(0))).toEqual([]);
+    // An entry whose ID is not its first field (another writer's field order), and an unknown varint field at the top.
+    const idLast = Buffer.concat([Buffer.from([0x30, 0x01]), Buffer.from(Container.encode(Container.fromObject({ id: 'x' })).finish())]);
+    const odd = Buffer.concat([Buffer.from([0x10, 0x05]), Buffer.from([0x0a, idLast.length]), idLast]);
+    const r1 = d.decode(odd);
+    expect(r1.map((x) => [x.id, x.state])).toEqual([['x', 'CONTAINER_RUNNING']]);
+    expect(d.decode(odd)[0]).not.toBe(r1[0]);
+    expect(() => d.decode(Buffer.from([0x0a, 0x50, 0x01]))).toThrow(/runs past the end/);
+    expect(readVarint(Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0x01]), 0)).toBeUndefined();
+    expect(readVarint(Buffer.from([0x96, 0x01]), 0)).toEqual({ value: 150, end: 2 });
+  });
+});
