@@ -83,7 +83,8 @@ async function main(): Promise<void> {
   const samples = quick ? 2 : 10;
   const pods = quick ? 2 : PODS;
   const endpoint = benchContainerd();
-  const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 120_000 });
+  // 10 min: on a machine shared under load 100-300, 110 raw RunPodSandbox calls at once took longer than 2 min each.
+  const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 600_000 });
   const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'nodelet-bench-footprint-'));
   const manifests = path.join(dir, 'manifests');
   const cp = await startControlPlane({});
