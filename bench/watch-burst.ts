@@ -239,9 +239,15 @@ async function main(): Promise<void> {
       }),
     );
     const sent = Date.now();
-    // The last value each pod got; handled when nodelet's /pods shows all of them.
+    // The value each pod ended with, read back from the API: the 32 writers' patches are
+    // concurrent, so the last one issued for a pod is not always the last one applied (a patch
+    // waiting for its connection's TLS handshake lands after later ones). Handled when
+    // nodelet's /pods shows all of them.
     const last = new Map<string, string>();
-    for (let i = 0; i < events; i++) last.set(names[i % pods]!, String(i));
+    for (const name of names) {
+      const p = await api.get<Pod>(PODS, { namespace: 'default', name });
+      last.set(name, p.metadata?.annotations?.['bench.nodelet/burst'] ?? '');
+    }
     for (;;) {
       const body = await get(port, '/pods').catch(() => '');
       const items = (body ? (JSON.parse(body) as { items?: Pod[] }).items : undefined) ?? [];

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { projectRoot } from '../../helpers/nodelet.js';
 
-/** Each with its share of a 2 min budget (ms). */
+/** Each with its share of a 3 min budget (ms); watch-burst's is a loaded machine's, not its quiet 20 s. */
 const BENCHES: [string, number][] = [
   ['config-dropins', 7_000],
   ['startup', 10_000],
@@ -17,7 +17,7 @@ const BENCHES: [string, number][] = [
   ['footprint', 28_000],
   ['api-pod-start', 30_000],
   ['exec-stream', 30_000],
-  ['watch-burst', 30_000],
+  ['watch-burst', 60_000],
   ['checkpoint', 10_000],
 ];
 /** One containerd for all of them (they run one after another): starting one per benchmark costs seconds each. */
