@@ -17,6 +17,7 @@
  * failure is logged once, and once more when it reads again.
  */
 import fs from 'node:fs/promises';
+import type { StatsFs } from 'node:fs';
 import path from 'node:path';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -50,6 +51,8 @@ export interface SignalReaderOptions {
   cgroupMemoryDir?: string;
   /** Deadline of one read (default 2 s). */
   timeoutMs?: number;
+  /** statfs(2) (tests give a fixed one: a shared filesystem's free space moves both ways). */
+  statfs?: (dir: string) => Promise<Pick<StatsFs, 'bavail' | 'bsize' | 'blocks' | 'ffree' | 'files'>>;
 }
 
 type Group = 'memory' | 'nodefs' | 'imagefs' | 'pid';
@@ -61,7 +64,7 @@ export class SignalReader {
   #imageFsSource = '';
 
   constructor(o: SignalReaderOptions) {
-    this.#o = { procDir: '/proc', cgroupMemoryDir: '/sys/fs/cgroup/memory', timeoutMs: 2000, ...o };
+    this.#o = { procDir: '/proc', cgroupMemoryDir: '/sys/fs/cgroup/memory', timeoutMs: 2000, statfs: (dir) => fs.statfs(dir), ...o };
   }
 
   /** One measurement of every signal; resolves within about the deadline, never rejects. */
@@ -148,7 +151,7 @@ export class SignalReader {
   }
 
   async #fs(prefix: 'nodefs' | 'imagefs', dir: string): Promise<Observations> {
-    const s = await this.#bounded(`statfs ${dir}`, () => fs.statfs(dir));
+    const s = await this.#bounded(`statfs ${dir}`, () => this.#o.statfs(dir));
     return {
       [`${prefix}.available`]: { available: s.bavail * s.bsize, capacity: s.blocks * s.bsize },
       [`${prefix}.inodesFree`]: { available: s.ffree, capacity: s.files },
