@@ -14,7 +14,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { CriClient } from '../src/runtime/cri-client.js';
 import type { ContainerConfig, PodSandboxConfig } from '../src/runtime/types.js';
-import { freePort } from '../test/helpers/nodelet.js';
+import { freePort, shebangNodeFlags } from '../test/helpers/nodelet.js';
 import { IMAGE } from './runtime.js';
 import { percentile } from './sections.js';
 
@@ -177,9 +177,12 @@ export async function startAgent(o: { dir: string; endpoint: string; healthzPort
     path.join(o.dir, 'kubelet.yaml'),
     ['apiVersion: kubelet.config.k8s.io/v1beta1', 'kind: KubeletConfiguration', ...Object.entries(cfg).map(([k, v]) => `${k}: ${v}`), ''].join('\n'),
   );
+  const main = o.main ?? NODELET_MAIN;
   const args = [
+    // The flags the shipped entry's shebang gives (the tsc output is run with the same, to compare builds alone).
+    ...shebangNodeFlags(BUNDLE_MAIN),
     ...(o.nodeArgs ?? []),
-    o.main ?? NODELET_MAIN,
+    main,
     '--config', path.join(o.dir, 'kubelet.yaml'),
     '--root-dir', path.join(o.dir, 'root'),
     '--cert-dir', path.join(o.dir, 'pki'),

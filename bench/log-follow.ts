@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import type { PodList } from 'kubernetes-types/core/v1.js';
 import { startFakeRuntime } from '../test/cri/fake-runtime.js';
 import { sleeperManifest } from '../test/helpers/fake-node.js';
-import { eventually, freePort, NodeletProcess, tempDir, writeKubeletConfig } from '../test/helpers/nodelet.js';
+import { eventually, freePort, nodeletBin, NodeletProcess, shebangNodeFlags, tempDir, writeKubeletConfig } from '../test/helpers/nodelet.js';
 import { writeSection } from './sections.js';
 
 const NODELET_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
@@ -92,7 +92,7 @@ async function main(): Promise<void> {
     authorization: '{mode: AlwaysAllow}',
   });
   const args = ['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1', '--container-log-dir', path.join(dir, 'containers')];
-  const nodelet = new NodeletProcess(spawn(process.execPath, [NODELET_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
+  const nodelet = new NodeletProcess(spawn(process.execPath, [...shebangNodeFlags(nodeletBin), NODELET_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
   try {
     await nodelet.waitForMsg(/nodelet is ready/, 60_000);
     const pods = async () => ((await (await fetch(`http://127.0.0.1:${ports.readOnly}/pods`)).json()) as PodList).items;

@@ -21,7 +21,7 @@ import path from 'node:path';
 import { startFakeRuntime } from '../test/cri/fake-runtime.js';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { freePort, tempDir, writeKubeletConfig } from '../test/helpers/nodelet.js';
+import { freePort, nodeletBin, shebangNodeFlags, tempDir, writeKubeletConfig } from '../test/helpers/nodelet.js';
 import { percentile, writeSection } from './sections.js';
 
 const TICK_MS = 1000 / 100; // USER_HZ
@@ -75,7 +75,7 @@ async function main(): Promise<void> {
   });
   // The built binary next to this file's build (dist/bench -> dist/src/main.js).
   const main = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
-  const child = spawn(process.execPath, [main, '--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'bench', '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, [...shebangNodeFlags(nodeletBin), main, '--config', path.join(dir, 'kubelet.yaml'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'bench', '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise((r) => child.once('exit', r));
   const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
   try {

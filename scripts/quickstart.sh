@@ -66,5 +66,5 @@ quickstart: nodelet runs standalone; its files are in $DIR
        -X POST https://127.0.0.1:10250/checkpoint/default/hello-$(hostname)/hello
   (containerd 1.6 cannot checkpoint: that answers 500 with the runtime's reason)
 EOF
-exec node dist/nodelet/main.js --config "$DIR/kubelet.yaml" --root-dir "$DIR/root" --cert-dir "$DIR/pki" \
+exec dist/nodelet/main.js --config "$DIR/kubelet.yaml" --root-dir "$DIR/root" --cert-dir "$DIR/pki" \
   --lock-file "$DIR/kubelet.lock" "$@"

@@ -13,6 +13,19 @@ import { fileURLToPath } from 'node:url';
 export const projectRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const nodeletBin = path.join(projectRoot, 'dist/nodelet/main.js');
 
+/**
+ * The node flags an entry point's first line gives (`#!/usr/bin/env -S node <flags>`, as
+ * src/main.ts writes it and the bundle keeps it): what `/usr/local/bin/nodelet`, the unit
+ * and the quick start run with, so that tests and benchmarks that spawn `node <entry>`
+ * run nodelet the same way. Throws when the first line is not such a shebang.
+ */
+export function shebangNodeFlags(entry = nodeletBin): string[] {
+  const first = fs.readFileSync(entry, 'utf8').split('\n', 1)[0]!;
+  const m = /^#!\/usr\/bin\/env(?: -S)? node((?: --[a-z0-9-]+(?:=\S+)?)*)$/.exec(first);
+  if (!m) throw new Error(`${entry}: the first line must be "#!/usr/bin/env node" or "#!/usr/bin/env -S node --flag ...", found ${JSON.stringify(first)}`);
+  return m[1]!.split(' ').filter(Boolean);
+}
+
 export interface LogRecord {
   level: string;
   msg: string;
@@ -95,7 +108,7 @@ export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cw
   }
   // NODELET_TEST_NODE_ARGS: extra node flags for a profiling run (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`).
   const nodeArgs = (process.env.NODELET_TEST_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const argv = [process.execPath, ...nodeArgs, nodeletBin, ...args];
+  const argv = [process.execPath, ...shebangNodeFlags(), ...nodeArgs, nodeletBin, ...args];
   if (opts.prefix?.length) argv.unshift(...opts.prefix);
   const child = spawn(argv[0]!, argv.slice(1), { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   return new NodeletProcess(child);

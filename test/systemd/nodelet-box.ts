@@ -12,6 +12,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { BOX_PROJECT_DIR, projectRoot, type Box } from './harness.js';
+import { shebangNodeFlags } from '../helpers/nodelet.js';
 
 export const SHIPPED_UNIT = 'systemd/nodelet.service';
 export const BOX_UNIT_PATH = '/etc/systemd/system/nodelet.service';
@@ -66,8 +67,7 @@ export interface InstallOptions {
 export function ensureBuiltEntryPoint(): string {
   const main = path.join(projectRoot, 'dist/nodelet/main.js');
   if (!fs.existsSync(main)) throw new Error(`${main} does not exist: run \`npm run build\` before the systemd tests`);
-  const first = fs.readFileSync(main, 'utf8').split('\n', 1)[0];
-  if (first !== '#!/usr/bin/env node') throw new Error(`${main} does not start with "#!/usr/bin/env node" (found ${JSON.stringify(first)}): it cannot be installed as /usr/local/bin/nodelet`);
+  shebangNodeFlags(main); // throws unless the first line lets the kernel run it with node: it is installed as /usr/local/bin/nodelet
   const mode = fs.statSync(main).mode;
   if ((mode & 0o111) !== 0o111) fs.chmodSync(main, mode | 0o755);
   return main;
