@@ -16,6 +16,7 @@ import { EventLoopDelay, eventLoopCheck, HealthRegistry } from './health/checks.
 import { HealthzServer } from './server/healthz-server.js';
 import type { Logger } from './log.js';
 import { Loop, type Service } from './loop.js';
+import { Lifetime } from './lifetime.js';
 import type { NodeIdentity } from './node-identity.js';
 import { acquireLock, watchContention, type ContentionWatch, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
@@ -108,11 +109,13 @@ export class Daemon {
    */
   readonly #keepAlive = new Loop({ name: 'keep-alive', turn: async () => {}, delayMs: () => 2 ** 30, clock: realClock });
   /**
-   * Passed to every service's start: aborted once the ordered stop is over, so nothing a
-   * service left running outlives the daemon. (The signal given to start() only cuts the
-   * startup short; stopping goes service by service, in reverse.)
+   * Each service's start gets a signal of its own from it: all are aborted once the ordered
+   * stop is over, so nothing a service left running outlives the daemon. (The signal given to
+   * start() only cuts the startup short; stopping goes service by service, in reverse.) One
+   * signal each, not one for all: a shared one gathered a listener per service, and Node
+   * warned at the 11th (src/lifetime.ts).
    */
-  readonly #life = new AbortController();
+  readonly #life = new Lifetime();
 
   async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
     this.#keepAlive.start();
@@ -167,14 +170,14 @@ export class Daemon {
       },
     });
     this.health.add(loop);
-    loop.start(this.#life.signal);
+    loop.start(this.#life.signal());
     this.#started.push({ name: 'eventloop-check', start: () => {}, stop: () => loop.stop() });
 
     // /healthz answers from here (as the kubelet's answers once its server is up, while its
     // loops start); the services' modules load after it, and it stops last.
     const healthz = this.#healthzService();
     if (healthz && !signal.aborted) {
-      await healthz.start(this.#life.signal);
+      await healthz.start(this.#life.signal());
       this.#started.push(healthz);
     }
     await this.#checkHostLater();
@@ -182,7 +185,7 @@ export class Daemon {
     for (const svc of await this.#buildServices(auth)) {
       if (signal.aborted) break;
       this.#log.debug({ service: svc.name }, 'starting service');
-      await svc.start(this.#life.signal);
+      await svc.start(this.#life.signal());
       this.#started.push(svc);
     }
 
@@ -199,7 +202,7 @@ export class Daemon {
         clock: this.#deps.clock,
         logger: this.#log.child({ component: 'watchdog' }),
       });
-      this.#watchdog.start(this.#life.signal);
+      this.#watchdog.start(this.#life.signal());
       this.#log.info({ timeoutMs: this.#watchdogTimeoutMs, pingEveryMs: this.#watchdog.periodMs }, 'systemd watchdog enabled');
     }
   }

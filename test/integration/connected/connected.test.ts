@@ -262,6 +262,10 @@ describe('nodelet connected to a control plane', () => {
     // Was 20 s: the client closed first and waited for the watch the reflector still held.
     expect(Date.now() - t0).toBeLessThan(5_000);
     expect(n1.nodelet.records.slice(from).filter((r) => r.level === 'warn' || r.level === 'error').map((r) => r.msg)).toEqual([]);
+    // Nor from Node on stderr over the whole run: its 11 services each listened on the one
+    // AbortSignal the daemon gave them all, and Node printed "MaxListenersExceededWarning:
+    // Possible EventTarget memory leak detected. 11 abort listeners added to [AbortSignal]".
+    expect(n1.nodelet.stderr.split('\n').filter((l) => /\(node:\d+\) \w*Warning/.test(l))).toEqual([]);
   });
 });
 
