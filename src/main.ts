@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=1 --no-opt --no-sparkplug --no-maglev --optimize-for-size --regexp-interpret-all
 /**
  * nodelet's command line (commander). `nodelet` runs the daemon; `nodelet config view`
  * prints the effective configuration. Maps every outcome to an exit code:
