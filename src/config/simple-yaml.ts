@@ -17,7 +17,10 @@
  *   double-quoted strings without `\` and single-quoted strings without `'`; plain strings
  *   of letters, digits and `_ . - / %` that YAML 1.1 cannot read as anything but a string
  *   (a letter first and not a boolean/null word, a `/` first, or digits then a letter or
- *   `%` and not an exponent like `1e3`).
+ *   `%` and not an exponent like `1e3`); in block maps also URLs, `scheme://` then letters,
+ *   digits and `_ . - / % :` (`containerRuntimeEndpoint: unix:///run/containerd/containerd.sock`,
+ *   in nearly every node's file: a colon not followed by a space cannot start a mapping, and
+ *   a letter first cannot start a YAML 1.1 sexagesimal number or time).
  */
 
 const WORDS = /^(?:y|yes|n|no|true|false|on|off|null|~)$/i;
@@ -25,6 +28,7 @@ const KEY = /^[A-Za-z][A-Za-z0-9_.\-/]*$/;
 const INT = /^-?(?:0|[1-9][0-9]{0,14})$/;
 const PLAIN_LETTER = /^[A-Za-z][A-Za-z0-9_.\-/%]*$/;
 const PLAIN_PATH = /^\/[A-Za-z0-9_.\-/%]*$/;
+const PLAIN_URL = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[A-Za-z0-9_.\-/%:]*$/;
 const PLAIN_DIGIT = /^[0-9][0-9.]*[A-Za-z%][A-Za-z0-9_.\-/%]*$/;
 const EXPONENT = /^[-+]?[0-9._]*[eE][-+]?[0-9]+$/;
 const RADIX = /^0[xXoObB]/;
@@ -53,6 +57,8 @@ function scalar(v: string): Value | typeof NO {
   }
   if (PLAIN_LETTER.test(v)) return WORDS.test(v) ? NO : v;
   if (PLAIN_PATH.test(v)) return v;
+  // Only reached from block maps: flow values holding `:` go to the full parser (flowMap).
+  if (PLAIN_URL.test(v) && !v.endsWith(':')) return v;
   if (PLAIN_DIGIT.test(v) && !EXPONENT.test(v) && !RADIX.test(v)) return v;
   return NO;
 }
