@@ -43,6 +43,27 @@ describe('ListDecoder', () => {
     expect(back[0]).toEqual(a0);
   });
 
+  it('hands back an entry whose labels and annotations come in another order as the same object (containerd writes maps in Go map order), and still sees a changed label', () => {
+    const withMaps = (id: string, labels: Record<string, string>, annotations: Record<string, string>) => ({ ...c(id), labels, annotations });
+    const enc = (...cs: ReturnType<typeof withMaps>[]) => Buffer.from(Response.encode(Response.fromObject({ containers: cs })).finish());
+    const d = new ListDecoder(decodeOne);
+    const [a0] = d.decode(enc(withMaps('a', { x: '1', y: '2', z: '3' }, { p: 'q', r: 's' })));
+    const reordered = enc(withMaps('a', { z: '3', x: '1', y: '2' }, { r: 's', p: 'q' }));
+    expect(reordered.equals(enc(withMaps('a', { x: '1', y: '2', z: '3' }, { p: 'q', r: 's' })))).toBe(false);
+    expect(d.decode(reordered)[0]).toBe(a0);
+    expect(d.decode(reordered)[0]).toBe(a0);
+    // Same length, one value changed; a value moved from one key to another; a label moved to the annotations.
+    const changed = d.decode(enc(withMaps('a', { z: '3', x: '1', y: '4' }, { r: 's', p: 'q' })))[0]!;
+    expect(changed).not.toBe(a0);
+    expect((changed as unknown as { labels: Record<string, string> }).labels).toEqual({ x: '1', y: '4', z: '3' });
+    const swapped = d.decode(enc(withMaps('a', { x: '1', y: '3', z: '2' }, { p: 'q', r: 's' })))[0]!;
+    expect(swapped).not.toBe(changed);
+    expect((swapped as unknown as { labels: Record<string, string> }).labels).toEqual({ x: '1', y: '3', z: '2' });
+    const moved = d.decode(enc(withMaps('a', { x: '1', y: '3' }, { p: 'q', r: 's', z: '2' })))[0]!;
+    expect(moved).not.toBe(swapped);
+    expect((moved as unknown as { annotations: Record<string, string> }).annotations).toEqual({ p: 'q', r: 's', z: '2' });
+  });
+
   it('decodes an empty answer, and answers of another shape in full without reuse; truncated bytes throw, never hang', () => {
     const d = new ListDecoder(decodeOne);
     expect(d.decode(Buffer.alloc(0))).toEqual([]);
