@@ -16,9 +16,9 @@
  * of Container and PodSandbox) in Go map order, which changes from one answer to the next,
  * so an unchanged entry's bytes mostly differ (measured: 19 of 110 idle containers and 23 of
  * 110 sandboxes byte-equal between two answers). When the bytes differ but the length does
- * not, the entry's top-level fields are compared as a multiset (each field's tag and value
- * bytes, sorted): equal multisets are the same message for Container and PodSandbox, whose
- * only repeated top-level fields are maps (order carries no meaning there). A map nested
+ * not, the entry's top-level fields are compared in order, a run of fields with one tag (a
+ * map's entries) as a set: equal so, the entries are the same message for Container and
+ * PodSandbox, whose only repeated top-level fields are maps (order carries no meaning there). A map nested
  * deeper (an ImageSpec's annotations) in another order still reads as a change: decoded anew,
  * never wrong.
  *
@@ -32,8 +32,8 @@ export type EntryDecode<T> = (bytes: Uint8Array) => T;
 interface Kept<T> {
   bytes: Buffer;
   value: T;
-  /** The top-level fields' bytes sorted and joined (sameFields), made on the first compare that needs it; null: not parsable. */
-  canon?: Buffer | null;
+  /** topFields of `bytes`, made on the first compare that needs them; null: not parsable. */
+  fields?: number[] | null;
 }
 
 export class ListDecoder<T extends object> {
@@ -99,7 +99,7 @@ export class ListDecoder<T extends object> {
   }
 }
 
-/** Offsets [start, end, start, end, ...] of the top-level fields of a message (tag included), or undefined when malformed. */
+/** The top-level fields of a message as [tag, start, end] triples (start: the tag's first byte), or undefined when malformed. */
 export function topFields(msg: Buffer): number[] | undefined {
   const out: number[] = [];
   let pos = 0;
@@ -120,41 +120,57 @@ export function topFields(msg: Buffer): number[] | undefined {
     else if (wire === 5) end = tag.end + 4;
     else return undefined;
     if (end > msg.length) return undefined;
-    out.push(pos, end);
+    out.push(tag.value, pos, end);
     pos = end;
   }
   return out;
 }
 
-/** Field indices of `f` (topFields of `msg`) in byte order of the fields. */
-function sortedFields(msg: Buffer, f: number[]): number[] {
-  const idx: number[] = [];
-  for (let i = 0; i < f.length; i += 2) idx.push(i);
-  return idx.sort((a, b) => msg.compare(msg, f[b]!, f[b + 1]!, f[a]!, f[a + 1]!));
-}
+/** Which fields of the kept entry's current run are matched already (reused: no allocation per compare). */
+let matched = new Uint8Array(64);
 
-/** The fields of `msg` sorted and joined, or null when not parsable. */
-function canonical(msg: Buffer): Buffer | null {
-  const f = topFields(msg);
-  if (!f) return null;
-  return Buffer.concat(sortedFields(msg, f).map((i) => msg.subarray(f[i]!, f[i + 1]!)));
-}
-
-/** Whether `entry` has the same top-level fields (as a multiset) as the kept entry. */
+/**
+ * Whether `entry` has the same top-level fields as the kept entry, the fields of a run with
+ * one tag (a map's entries) compared as a set: same tags in the same runs, and each field of
+ * a run equal to a distinct field of the kept run. Length checks first, so most candidates
+ * cost no byte compare (map entries mostly differ in length).
+ */
 function sameFields<T>(entry: Buffer, kept: Kept<T>): boolean {
-  if (kept.canon === undefined) kept.canon = canonical(kept.bytes);
-  const canon = kept.canon;
-  if (!canon) return false;
+  if (kept.fields === undefined) kept.fields = topFields(kept.bytes) ?? null;
+  const k = kept.fields;
+  if (!k) return false;
   const f = topFields(entry);
-  if (!f) return false;
-  let off = 0;
-  for (const i of sortedFields(entry, f)) {
-    const s = f[i]!;
-    const e = f[i + 1]!;
-    if (entry.compare(canon, off, off + (e - s), s, e) !== 0) return false;
-    off += e - s;
+  if (!f || f.length !== k.length) return false;
+  const old = kept.bytes;
+  for (let i = 0; i < f.length; ) {
+    const tag = f[i]!;
+    let j = i + 3;
+    while (j < f.length && f[j] === tag) j += 3;
+    for (let x = i; x < j; x += 3) if (k[x] !== tag) return false;
+    if (j < k.length && k[j] === tag) return false;
+    const n = (j - i) / 3;
+    if (n === 1) {
+      if (f[i + 2]! - f[i + 1]! !== k[i + 2]! - k[i + 1]! || entry.compare(old, k[i + 1]!, k[i + 2]!, f[i + 1]!, f[i + 2]!) !== 0) return false;
+    } else {
+      if (matched.length < n) matched = new Uint8Array(n * 2);
+      matched.fill(0, 0, n);
+      for (let x = i; x < j; x += 3) {
+        const len = f[x + 2]! - f[x + 1]!;
+        let found = false;
+        for (let y = i, m = 0; y < j; y += 3, m++) {
+          if (matched[m] || k[y + 2]! - k[y + 1]! !== len) continue;
+          if (entry.compare(old, k[y + 1]!, k[y + 2]!, f[x + 1]!, f[x + 2]!) === 0) {
+            matched[m] = 1;
+            found = true;
+            break;
+          }
+        }
+        if (!found) return false;
+      }
+    }
+    i = j;
   }
-  return off === canon.length;
+  return true;
 }
 
 /** The entry's field 1 (its ID, a string) when it comes first, as the runtimes write it; else undefined. */
