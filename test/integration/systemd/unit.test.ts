@@ -7,6 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { shebangNodeFlags } from '../../helpers/nodelet.js';
 import { bootBox, projectRoot, type Box } from '../../systemd/harness.js';
 import { BOX_UNIT_PATH, installNodelet, SHIPPED_UNIT, testConfig, unitShow, waitActive } from '../../systemd/nodelet-box.js';
 
@@ -93,7 +94,9 @@ describe('systemd/nodelet.service', () => {
     expect(status).toMatch(/^NoNewPrivs:\s+1$/m);
     expect(status).toMatch(/^Seccomp:\s+2$/m);
     const cmdline = (await box.readFile(`/proc/${pid}/cmdline`)).split('\0').filter(Boolean);
-    expect(cmdline.slice(1)).toEqual(['/usr/local/bin/nodelet', '--config=/var/lib/kubelet/config.yaml', '--config-dir=/etc/kubernetes/kubelet.conf.d', '--lock-file=/var/run/kubelet.lock']);
+    // The kernel runs the entry's shebang (`/usr/bin/env -S node <flags>`): node with the shipped V8 flags, then the link and the unit's arguments.
+    expect(cmdline).toEqual(['node', ...shebangNodeFlags(), '/usr/local/bin/nodelet', '--config=/var/lib/kubelet/config.yaml', '--config-dir=/etc/kubernetes/kubelet.conf.d', '--lock-file=/var/run/kubelet.lock']);
+    expect(shebangNodeFlags()).toContain('--no-opt');
     expect((await box.run(['stat', '-c', '%F', '/etc/kubernetes/kubelet.conf.d'])).trim()).toBe('directory');
     await box.run(['systemctl', 'stop', 'nodelet']);
   });
