@@ -8,17 +8,17 @@
  * - Every call has a deadline (requestTimeoutMs; longer for stop, pull and checkpoint)
  *   and never waits for the runtime to appear: with the socket missing or dead a call
  *   fails at once with UNAVAILABLE instead of hanging.
- * - A restarted runtime on the same socket is picked up by the same client: grpc-js
- *   reconnects by itself, and the reconnect backoff is capped at ~1 s so the first call
- *   after the runtime is back succeeds within about a second.
+ * - A restarted runtime on the same socket is picked up by the same client: the channel
+ *   (grpc-unary.ts, gRPC over node:http2, no grpc-js) connects again on the first call
+ *   after its connection was lost, so that call already reaches the runtime that is back.
  * - Errors are NodeletErrors mapped in errors.ts. No retries here.
  */
-import * as grpc from '@grpc/grpc-js';
 import { NodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { fromGrpcError } from './errors.js';
 import { ListDecoder } from './list-decoder.js';
-import { loadCriPackage } from './proto.js';
+import { MAX_MESSAGE_BYTES, UnaryChannel, GrpcError, GrpcStatus } from './grpc-unary.js';
+import { loadCriCodec, type CriMethod } from './proto.js';
 import { parseEndpoint } from './endpoint.js';
 import type {
   CheckpointRequest,
@@ -79,21 +79,13 @@ export interface CriClient extends RuntimeService, ImageService {
   runtimeConfig(): Promise<RuntimeCgroupConfig>;
 }
 
-/** Normalizes an endpoint flag value to a grpc-js target, or throws INVALID_ARGUMENT naming `param` (endpoint.ts). */
+/** Normalizes an endpoint flag value to a `unix:///path` target, or throws INVALID_ARGUMENT naming `param` (endpoint.ts). */
 export { parseEndpoint } from './endpoint.js';
 
-const CHANNEL_OPTIONS: grpc.ChannelOptions = {
-  // grpc-js backs off reconnects up to 120 s by default, which would leave a restarted
-  // runtime unused for minutes. A local socket is cheap to retry.
-  'grpc.initial_reconnect_backoff_ms': 200,
-  'grpc.max_reconnect_backoff_ms': 1000,
-  // The kubelet's limit: ListContainers on a busy node exceeds grpc's 4 MiB default.
-  'grpc.max_receive_message_length': 16 * 1024 * 1024,
-  'grpc.max_send_message_length': 16 * 1024 * 1024,
-};
+/** The kubelet's message limit both ways: ListContainers on a busy node exceeds grpc's 4 MiB default. */
+const CHANNEL_OPTIONS = { maxSendMessageBytes: MAX_MESSAGE_BYTES, maxReceiveMessageBytes: MAX_MESSAGE_BYTES };
 
-type Callback = (err: grpc.ServiceError | null, res: unknown) => void;
-type UnaryMethod = (req: object, md: grpc.Metadata, opts: grpc.CallOptions, cb: Callback) => grpc.ClientUnaryCall;
+type Service = 'RuntimeService' | 'ImageService';
 
 export function createCriClient(opts: CriClientOptions): CriClient {
   const runtimeEndpoint = parseEndpoint('containerRuntimeEndpoint', opts.runtimeEndpoint);
@@ -105,63 +97,68 @@ export function createCriClient(opts: CriClientOptions): CriClient {
   const requestTimeoutMs = opts.requestTimeoutMs;
   const pullTimeoutMs = opts.pullTimeoutMs ?? Math.max(requestTimeoutMs, 10 * 60_000);
 
-  const pkg = loadCriPackage();
-  const creds = grpc.credentials.createInsecure();
-  const runtimeClient = new pkg.RuntimeService(runtimeEndpoint, creds, CHANNEL_OPTIONS);
-  const imageClient =
-    imageEndpoint === runtimeEndpoint
-      ? new pkg.ImageService(imageEndpoint, creds, { ...CHANNEL_OPTIONS, channelOverride: runtimeClient.getChannel() })
-      : new pkg.ImageService(imageEndpoint, creds, CHANNEL_OPTIONS);
+  const codec = loadCriCodec();
+  const runtimeChannel = new UnaryChannel(runtimeEndpoint, CHANNEL_OPTIONS);
+  const imageChannel = imageEndpoint === runtimeEndpoint ? runtimeChannel : new UnaryChannel(imageEndpoint, CHANNEL_OPTIONS);
   let closed = false;
 
-  /** One unary call of CRI `method`; `fnName`: the client's function for it (the raw lists have their own). */
-  function call<Res>(client: grpc.Client, method: string, req: object, deadlineMs = requestTimeoutMs, fnName = method): Promise<Res> {
-    if (closed) return Promise.reject(new NodeletError('CANCELLED', `${method}: CRI client closed`, { method }));
-    const fn = (client as unknown as Record<string, UnaryMethod>)[fnName]!;
+  /**
+   * One unary call of CRI `method` of `service`; `decode` turns the raw answer into the
+   * result (the method's response decoder by default; the raw lists keep the bytes).
+   */
+  async function call<Res>(service: Service, method: string, req: object, deadlineMs = requestTimeoutMs, decode?: (b: Buffer) => unknown): Promise<Res> {
+    if (closed) throw new NodeletError('CANCELLED', `${method}: CRI client closed`, { method });
+    const m: CriMethod = codec.method(service, method);
+    const channel = service === 'RuntimeService' ? runtimeChannel : imageChannel;
     const started = Date.now();
-    return new Promise<Res>((resolve, reject) => {
-      // waitForReady false: fail fast with UNAVAILABLE while the runtime is away.
-      const md = new grpc.Metadata({ waitForReady: false });
-      fn.call(client, req, md, { deadline: started + deadlineMs }, (err, res) => {
-        const ms = Date.now() - started;
-        opts.observe?.(method, ms / 1000, !!err);
-        if (err) {
-          const e = fromGrpcError(method, err);
-          log.debug({ method, ms, code: e.code, err: e.message }, 'CRI call failed');
-          reject(e);
-          return;
+    const done = (err: unknown, res?: unknown): Res => {
+      const ms = Date.now() - started;
+      opts.observe?.(method, ms / 1000, !!err);
+      if (err) {
+        const e = fromGrpcError(method, err);
+        log.debug({ method, ms, code: e.code, err: e.message }, 'CRI call failed');
+        throw e;
+      }
+      log.trace({ method, ms }, 'CRI call');
+      return res as Res;
+    };
+    let body: Buffer;
+    try {
+      body = m.serialize(req);
+    } catch (err) {
+      return done(new GrpcError(GrpcStatus.INTERNAL, `Request message serialization failure: ${err instanceof Error ? err.message : String(err)}`));
+    }
+    return channel.call(m.path, body, deadlineMs).then(
+      (raw) => {
+        let res: unknown;
+        try {
+          res = decode ? decode(raw) : m.deserialize(raw);
+        } catch (err) {
+          return done(new GrpcError(GrpcStatus.INTERNAL, `Response message parsing error: ${err instanceof Error ? err.message : String(err)}`));
         }
-        log.trace({ method, ms }, 'CRI call');
-        resolve(res as Res);
-      });
-    });
+        return done(undefined, res);
+      },
+      (err) => done(err),
+    );
   }
 
-  const rt = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>(runtimeClient, method, req, deadlineMs);
+  const rt = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>('RuntimeService', method, req, deadlineMs);
 
   // The relist's unfiltered lists: answers taken raw and decoded by ListDecoder, which hands
   // back an unchanged entry as the same frozen object as the previous answer (list-decoder.ts).
   const lists = {
-    ListPodSandbox: new ListDecoder(pkg.decoder('PodSandbox') as (b: Uint8Array) => PodSandbox),
-    ListContainers: new ListDecoder(pkg.decoder('Container') as (b: Uint8Array) => Container),
+    ListPodSandbox: new ListDecoder(codec.decoder('PodSandbox') as (b: Uint8Array) => PodSandbox),
+    ListContainers: new ListDecoder(codec.decoder('Container') as (b: Uint8Array) => Container),
   };
-  const rawClient = runtimeClient as unknown as Record<string, unknown>;
-  for (const method of Object.keys(lists) as (keyof typeof lists)[]) {
-    const def = pkg.RuntimeService.service[method]!;
-    // A method of its own on the client (a `raw` name), so call() times, observes and maps its errors as any other.
-    rawClient[`${method}Raw`] = function (this: grpc.Client, req: object, md: grpc.Metadata, o: grpc.CallOptions, cb: Callback) {
-      return this.makeUnaryRequest(def.path, def.requestSerialize, (b: Buffer) => b, req, md, o, cb as (err: grpc.ServiceError | null, res?: Buffer) => void);
-    };
-  }
   async function rawList<K extends keyof typeof lists>(method: K): Promise<ReturnType<(typeof lists)[K]['decode']>> {
-    const raw = await call<Buffer>(runtimeClient, method, {}, requestTimeoutMs, `${method}Raw`);
+    const raw = await call<Buffer>('RuntimeService', method, {}, requestTimeoutMs, (b) => b);
     try {
       return lists[method].decode(raw) as ReturnType<(typeof lists)[K]['decode']>;
     } catch (err) {
       throw new NodeletError('INTERNAL', `${method}: cannot decode the runtime's answer: ${err instanceof Error ? err.message : String(err)}`, { method });
     }
   }
-  const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>(imageClient, method, req, deadlineMs);
+  const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>('ImageService', method, req, deadlineMs);
 
   return {
     runtimeEndpoint,
@@ -295,8 +292,8 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     close() {
       if (closed) return;
       closed = true;
-      imageClient.close();
-      runtimeClient.close();
+      imageChannel.close();
+      runtimeChannel.close();
     },
   };
 }

@@ -5,11 +5,11 @@
  * form Go clients print them (`<Method>: rpc error: code = Unimplemented desc = ...`), so
  * an operator can search for it.
  */
-import { status as GrpcStatus } from '@grpc/grpc-js';
+import { GrpcStatus, type GrpcStatusCode } from './grpc-status.js';
 import { NodeletError, type ErrorCode } from '../errors.js';
 
 /** gRPC code -> nodelet code. Codes not listed map to INTERNAL. */
-export const GRPC_TO_NODELET: Readonly<Partial<Record<GrpcStatus, ErrorCode>>> = {
+export const GRPC_TO_NODELET: Readonly<Partial<Record<GrpcStatusCode, ErrorCode>>> = {
   [GrpcStatus.NOT_FOUND]: 'NOT_FOUND',
   [GrpcStatus.UNIMPLEMENTED]: 'UNIMPLEMENTED',
   [GrpcStatus.UNAVAILABLE]: 'UNAVAILABLE',
@@ -53,7 +53,7 @@ const GO_CODE_NAMES: Readonly<Record<number, string>> = {
 /** The nodelet code for a gRPC status code and the runtime's message. */
 export function nodeletCodeFor(grpcCode: number, runtimeMessage = ''): ErrorCode {
   if (grpcCode === GrpcStatus.UNKNOWN && NAME_RESERVED.test(runtimeMessage)) return 'CONFLICT';
-  return GRPC_TO_NODELET[grpcCode as GrpcStatus] ?? 'INTERNAL';
+  return GRPC_TO_NODELET[grpcCode as GrpcStatusCode] ?? 'INTERNAL';
 }
 
 interface GrpcLikeError {

@@ -66,7 +66,7 @@ export class ListDecoder<T extends object> {
       }
       const value = Object.freeze(this.#decode(entry));
       out.push(value);
-      // A copy: the answer's buffer is grpc-js's, reused or not, and must not be kept by reference.
+      // A copy: the entry must not keep the whole answer's buffer alive by reference.
       if (id !== undefined) next.set(id, { bytes: Buffer.from(entry), value });
     }
     this.#kept = next;

@@ -7,15 +7,17 @@
  * FileDescriptorProto of every file for reflection nodelet never uses) took a large part
  * of the time before /healthz answered. The build writes the parsed descriptor as JSON
  * (`dist/proto/api.json`, by scripts/proto-json.mjs); it is read here with protobufjs'
- * light build (no parser), and the service definitions grpc-js needs are made directly,
- * with proto-loader's serializers. Without the JSON (vitest on the sources) api.proto is
- * parsed with the full protobufjs, to the same definitions.
+ * light build (no parser). Without the JSON (vitest on the sources) api.proto is parsed
+ * with the full protobufjs, to the same definitions.
+ *
+ * This module is the codec only (per method: path, request encoder, response decoder), for
+ * the daemon's CRI client over node:http2 (grpc-unary.ts): it never loads @grpc/grpc-js.
+ * The grpc-js service definitions the test CRI server needs are in proto-grpc.ts.
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as grpc from '@grpc/grpc-js';
 import type * as Protobuf from 'protobufjs';
 
 const require = createRequire(import.meta.url);
@@ -50,14 +52,26 @@ export function criProtoJson(protoFile = criProtoPath()): unknown {
   return root.toJSON();
 }
 
-export interface CriPackage {
-  RuntimeService: grpc.ServiceClientConstructor;
-  ImageService: grpc.ServiceClientConstructor;
+/** One unary method of runtime.v1: its HTTP/2 path and its message codecs (proto-loader's semantics). */
+export interface CriMethod {
+  /** `/runtime.v1.<Service>/<Method>` */
+  path: string;
+  requestType: Protobuf.Type;
+  responseType: Protobuf.Type;
+  serialize(req: object): Buffer;
+  deserialize(bytes: Uint8Array): object;
+}
+
+export interface CriCodec {
+  /** The method `name` of `runtime.v1.<service>`; throws for an unknown one (a bug). */
+  method(service: 'RuntimeService' | 'ImageService', name: string): CriMethod;
+  /** Every method of a service, by name. */
+  methods(service: 'RuntimeService' | 'ImageService'): Map<string, CriMethod>;
   /** Decodes one message of `runtime.v1.<type>` to the shape the services' answers have (list-decoder.ts decodes entries with it). */
   decoder(type: string): (bytes: Uint8Array) => object;
 }
 
-let cached: CriPackage | undefined;
+let cached: CriCodec | undefined;
 
 /** The root of runtime.v1: from the build's JSON when present (dist), else parsed from api.proto. */
 function criRoot(from = path.dirname(fileURLToPath(import.meta.url))): Protobuf.Root {
@@ -69,49 +83,51 @@ function criRoot(from = path.dirname(fileURLToPath(import.meta.url))): Protobuf.
   return root;
 }
 
-/** grpc-js's definition of one service, as proto-loader makes it (without the reflection descriptors). */
-function serviceDefinition(service: Protobuf.Service): grpc.ServiceDefinition {
-  const def: Record<string, grpc.MethodDefinition<object, object>> = {};
-  for (const m of service.methodsArray) {
-    const req = m.resolvedRequestType!;
-    const res = m.resolvedResponseType!;
-    def[m.name] = {
-      path: `/${service.fullName.replace(/^\./, '')}/${m.name}`,
-      requestStream: !!m.requestStream,
-      responseStream: !!m.responseStream,
-      requestSerialize: serializer(req),
-      requestDeserialize: deserializer(req),
-      responseSerialize: serializer(res),
-      responseDeserialize: deserializer(res),
-      originalName: m.name.charAt(0).toLowerCase() + m.name.slice(1),
-    } as grpc.MethodDefinition<object, object>;
-  }
-  return def as grpc.ServiceDefinition;
-}
-
-function serializer(t: Protobuf.Type): (o: object) => Buffer {
+/** proto-loader's serializer: a plain object (camelCase, enum names) -> bytes. */
+export function serializer(t: Protobuf.Type): (o: object) => Buffer {
   return (o) => {
     if (Array.isArray(o)) throw new Error(`Failed to serialize message: expected object with ${t.name} structure, got array instead`);
     return t.encode(t.fromObject(o)).finish() as Buffer;
   };
 }
 
-function deserializer(t: Protobuf.Type): (b: Buffer) => object {
+/** proto-loader's deserializer: bytes -> the plain object (TO_OBJECT_OPTIONS). */
+export function deserializer(t: Protobuf.Type): (b: Uint8Array) => object {
   return (b) => t.toObject(t.decode(b), TO_OBJECT_OPTIONS);
 }
 
-/** The runtime.v1 package: client constructors whose `.service` is the server-side definition. */
-export function loadCriPackage(): CriPackage {
+/** The runtime.v1 codec (cached). */
+export function loadCriCodec(): CriCodec {
   if (cached) return cached;
   const root = criRoot();
-  const ctor = (name: string) => grpc.makeClientConstructor(serviceDefinition(root.lookupService(`runtime.v1.${name}`)), name);
+  const services = new Map<string, Map<string, CriMethod>>();
+  const methods = (service: string): Map<string, CriMethod> => {
+    let m = services.get(service);
+    if (m) return m;
+    const svc = root.lookupService(`runtime.v1.${service}`);
+    m = new Map();
+    for (const def of svc.methodsArray) {
+      const req = def.resolvedRequestType!;
+      const res = def.resolvedResponseType!;
+      m.set(def.name, {
+        path: `/${svc.fullName.replace(/^\./, '')}/${def.name}`,
+        requestType: req,
+        responseType: res,
+        serialize: serializer(req),
+        deserialize: deserializer(res),
+      });
+    }
+    services.set(service, m);
+    return m;
+  };
   cached = {
-    RuntimeService: ctor('RuntimeService'),
-    ImageService: ctor('ImageService'),
-    decoder: (type) => {
-      const t = root.lookupType(`runtime.v1.${type}`);
-      return (bytes) => t.toObject(t.decode(bytes), TO_OBJECT_OPTIONS);
+    methods,
+    method(service, name) {
+      const m = methods(service).get(name);
+      if (!m) throw new Error(`runtime.v1.${service} has no method ${name}`);
+      return m;
     },
+    decoder: (type) => deserializer(root.lookupType(`runtime.v1.${type}`)),
   };
   return cached;
 }
