@@ -200,33 +200,46 @@ export class UnaryChannel {
         statusMessage = decodeGrpcMessage(header(h, 'grpc-message') ?? '');
       };
 
+      /** The length of the message whose prefix has been read, until the message is complete. */
+      let expected: number | undefined;
+      /** The buffered DATA as one buffer (concatenated once per message, not per chunk). */
+      const coalesce = (): Buffer => {
+        if (chunks.length !== 1) chunks.splice(0, chunks.length, Buffer.concat(chunks, buffered));
+        return chunks[0]!;
+      };
+
       /** Pulls complete messages out of the buffered DATA; false once the call has failed. */
       const drain = (): boolean => {
-        while (buffered >= 5) {
-          const head = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, buffered);
-          if (chunks.length !== 1) chunks.splice(0, chunks.length, head);
-          const flag = head[0]!;
-          const len = head.readUInt32BE(1);
-          if (flag !== 0) {
-            finish(new GrpcError(GrpcStatus.INTERNAL, 'Received compressed message but no compression was negotiated'));
-            return false;
+        for (;;) {
+          if (expected === undefined) {
+            if (buffered < 5) return true;
+            const head = chunks[0]!.length >= 5 ? chunks[0]! : coalesce();
+            const len = head.readUInt32BE(1);
+            if (head[0] !== 0) {
+              finish(new GrpcError(GrpcStatus.INTERNAL, 'Received compressed message but no compression was negotiated'));
+              return false;
+            }
+            if (len > this.#maxReceive) {
+              finish(new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs. ${this.#maxReceive})`));
+              return false;
+            }
+            if (message !== undefined) {
+              finish(new GrpcError(GrpcStatus.INTERNAL, 'Received more than one message in a unary call'));
+              return false;
+            }
+            expected = len;
           }
-          if (len > this.#maxReceive) {
-            finish(new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs. ${this.#maxReceive})`));
-            return false;
-          }
-          if (buffered < 5 + len) return true;
-          if (message !== undefined) {
-            finish(new GrpcError(GrpcStatus.INTERNAL, 'Received more than one message in a unary call'));
-            return false;
-          }
-          message = Buffer.from(head.subarray(5, 5 + len)); // a copy: not a view of a larger chunk
-          const rest = head.subarray(5 + len);
+          if (buffered < 5 + expected) return true;
+          const all = coalesce();
+          // A copy only when the message is a part of a larger buffer.
+          const body = all.subarray(5, 5 + expected);
+          message = body.length === all.length - 5 && all.byteOffset === 0 && all.buffer.byteLength === all.length ? body : Buffer.from(body);
+          const rest = all.subarray(5 + expected);
           chunks.length = 0;
           buffered = rest.length;
           if (rest.length) chunks.push(rest);
+          expected = undefined;
         }
-        return true;
       };
 
       stream.on('response', (h) => {
