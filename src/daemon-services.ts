@@ -1,5 +1,5 @@
 /**
- * What the daemon's services are made of (the runtime client and grpc-js, the pod manager,
+ * What the daemon's services are made of (the runtime client (gRPC over node:http2, protobufjs), the pod manager,
  * metrics, stats, log rotation, node shutdown), loaded by daemon.ts with one import() once
  * /healthz answers: before it, only what the lock, the root dir and the healthz server need
  * is loaded (start-up time, BENCHMARKS.md "Process start → /healthz").

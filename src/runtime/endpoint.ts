@@ -1,6 +1,6 @@
 /**
  * The CRI endpoint syntax (`unix:///path` or an absolute path), apart from the CRI client so
- * that checking it before the lock does not load grpc-js (start-up time: /healthz answers
+ * that checking it before the lock does not load the CRI client (protobufjs, node:http2) (start-up time: /healthz answers
  * before the client's modules load).
  */
 import { NodeletError } from '../errors.js';

@@ -196,7 +196,7 @@ export interface HostCheckRun {
 export async function runHostCheckPass(cfg: HostRunConfig, o: { env?: NodeJS.ProcessEnv; runtimeTimeoutMs?: number; facts?: HostFactsOptions; runtime?: boolean } = {}): Promise<HostCheckRun> {
   let cri: CriClient | undefined;
   try {
-    // The CRI client (grpc-js) loads only when the runtime is asked (start-up time: the daemon asks after /healthz answers).
+    // The CRI client (protobufjs, node:http2) loads only when the runtime is asked (start-up time: the daemon asks after /healthz answers).
     if (o.runtime !== false) cri = (await import('../runtime/cri-client.js')).createCriClient({ runtimeEndpoint: cfg.containerRuntimeEndpoint, requestTimeoutMs: o.runtimeTimeoutMs ?? 2000 });
   } catch {
     cri = undefined;
