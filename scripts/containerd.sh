@@ -58,14 +58,17 @@ die() { log "error: $*"; exit 1; }
 # sun_path holds 107 bytes; the ttrpc socket is the longest path containerd binds here.
 ((${#SOCK} + 6 <= 107)) || die "NODELET_CONTAINERD_DIR '$BASE' is too long for a unix socket path ($SOCK.ttrpc exceeds 107 bytes)"
 
-# PID from the pidfile when that process is alive and is a containerd; empty otherwise.
-# Checking the command name keeps a recycled PID from being mistaken for ours.
+# PID from the pidfile when that process is alive and is the containerd of THIS base
+# directory (`containerd --config $CONFIG`); empty otherwise. A recycled PID can belong to
+# any process, another base directory's containerd included (seen: a stopped containerd's
+# PID reused by a benchmark's containerd, and `start` then waited for the wrong socket).
 our_pid() {
   [[ -f "$PIDFILE" ]] || return 0
   local pid
   pid="$(tr -dc '0-9' <"$PIDFILE")"
-  [[ -n "$pid" && -r "/proc/$pid/comm" ]] || return 0
+  [[ -n "$pid" && -r "/proc/$pid/cmdline" ]] || return 0
   [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "containerd" ]] || return 0
+  [[ "$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null)" == *$'\n'"$CONFIG"* ]] || return 0
   echo "$pid"
 }
 
