@@ -160,8 +160,10 @@ describe('lock file', () => {
 
   it('two agents with different lock paths do not see each other', async () => {
     const dir = tempDir();
+    // Each its own root dir: the root dir's files are one agent's (its fixed temp names are
+    // cleaned at start), so two agents sharing one race on them, which is what the lock is for.
     const a = await nodelet(dir, path.join(dir, 'a.lock'));
-    const b = await nodelet(dir, path.join(dir, 'b.lock'));
+    const b = await nodelet(tempDir(), path.join(dir, 'b.lock'));
     await Promise.all([a.waitForMsg(/nodelet is ready/), b.waitForMsg(/nodelet is ready/)]);
   });
 
