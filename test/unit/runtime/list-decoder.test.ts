@@ -64,6 +64,45 @@ describe('ListDecoder', () => {
     expect((moved as unknown as { annotations: Record<string, string> }).annotations).toEqual({ p: 'q', r: 's', z: '2' });
   });
 
+  it('reuses an entry whose maps are rotated (Go map order of a small map) or otherwise reordered, and sees a changed state or label behind a rotation', () => {
+    const withMaps = (id: string, state: number, labels: Record<string, string>, annotations: Record<string, string>) => ({ ...c(id, state), labels, annotations });
+    const enc = (...cs: ReturnType<typeof withMaps>[]) => Buffer.from(Response.encode(Response.fromObject({ containers: cs })).finish());
+    const labels = { a: '1', b: '2', c: '3', d: '4' };
+    const d = new ListDecoder(decodeOne);
+    const [first] = d.decode(enc(withMaps('k', 1, labels, { p: 'q', r: 's', t: 'u' })));
+    // Rotations of both maps; then a swap, which no rotation gives.
+    expect(d.decode(enc(withMaps('k', 1, { c: '3', d: '4', a: '1', b: '2' }, { t: 'u', p: 'q', r: 's' })))[0]).toBe(first);
+    expect(d.decode(enc(withMaps('k', 1, { b: '2', a: '1', d: '4', c: '3' }, { p: 'q', t: 'u', r: 's' })))[0]).toBe(first);
+    // Rotated maps with the state changed: outside the maps, so a new object.
+    const exited = d.decode(enc(withMaps('k', 2, { d: '4', a: '1', b: '2', c: '3' }, { r: 's', t: 'u', p: 'q' })))[0]!;
+    expect(exited).not.toBe(first);
+    expect(exited.state).toBe('CONTAINER_EXITED');
+    // Rotated, one value changed at the same length: a new object with the new value.
+    const relabeled = d.decode(enc(withMaps('k', 2, { d: '5', a: '1', b: '2', c: '3' }, { r: 's', t: 'u', p: 'q' })))[0]!;
+    expect(relabeled).not.toBe(exited);
+    expect((relabeled as unknown as { labels: Record<string, string> }).labels).toEqual({ a: '1', b: '2', c: '3', d: '5' });
+  });
+
+  it('takes a map run found in the kept run written twice only at an entry boundary for a rotation', () => {
+    // Kept labels: a = "...<the bytes of a whole label entry F>", b = "x". The new run is F, then
+    // b's entry, then the head of a's entry: it occurs in the doubled kept run, but inside a's
+    // value, and is no map at all (a's header claims more bytes than the run has left).
+    const f = Buffer.from([0x42, 0x05, 0x0a, 0x01, 0x63, 0x12, 0x00]);
+    const kept = Buffer.from(Container.encode(Container.fromObject({ id: 'm', state: 1, labels: { a: `zz${f.toString('latin1')}`, b: 'x' } })).finish());
+    const runStart = kept.indexOf(Buffer.from([0x42]), kept.indexOf(Buffer.from([0x30])));
+    const e1End = runStart + 2 + kept[runStart + 1]!;
+    const run = kept.subarray(runStart);
+    const e1 = kept.subarray(runStart, e1End);
+    const moved = Buffer.concat([kept.subarray(0, runStart), f, kept.subarray(e1End), e1.subarray(0, e1.length - f.length)]);
+    expect(moved.length).toBe(kept.length);
+    expect(Buffer.concat([run, run]).indexOf(moved.subarray(runStart))).toBe(e1.length - f.length);
+    const list = (entry: Buffer) => Buffer.concat([Buffer.from([0x0a, entry.length]), entry]);
+    const d = new ListDecoder(decodeOne);
+    const [first] = d.decode(list(kept));
+    expect((first as unknown as { labels: Record<string, string> }).labels.b).toBe('x');
+    expect(() => d.decode(list(moved))).toThrow();
+  });
+
   it('decodes an empty answer, and answers of another shape in full without reuse; truncated bytes throw, never hang', () => {
     const d = new ListDecoder(decodeOne);
     expect(d.decode(Buffer.alloc(0))).toEqual([]);
