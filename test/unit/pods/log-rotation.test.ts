@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { compressLog, ContainerLogManager, parseLogMaxSize, planLogRotation, rotationTimestamp, type LogRotationRuntime } from '../../../src/pods/log-rotation.js';
+import { compressLog, LINK_SWEEP_MS, ContainerLogManager, parseLogMaxSize, planLogRotation, rotationTimestamp, type LogRotationRuntime } from '../../../src/pods/log-rotation.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from '../../../src/pods/log-symlinks.js';
 import { NodeletError } from '../../../src/errors.js';
 import { VirtualClock } from '../../helpers/clock.js';
@@ -213,9 +213,18 @@ describe('ContainerLogManager', () => {
       containerStatus: async () => ({ logPath: file }) as Awaited<ReturnType<LogRotationRuntime['containerStatus']>>,
       reopenContainerLog: async () => {},
     };
-    const t = await new ContainerLogManager({ runtime: rt, limits: { maxSize: 100, maxFiles: 3 }, maxWorkers: 1, periodMs: 10_000, clock, linkDir: links }).syncOnce();
+    const manager = new ContainerLogManager({ runtime: rt, limits: { maxSize: 100, maxFiles: 3 }, maxWorkers: 1, periodMs: 10_000, clock, linkDir: links });
+    const t = await manager.syncOnce();
     expect(t.links).toEqual([path.join(links, `web_ns_app-${gone}.log`)]);
     expect((await fsp.readdir(links)).sort()).toEqual([`plain_ns_app-${gone}.log`, `web_ns_app-${running}.log`, `web_ns_live-${gone}.log`]);
+    // Then once a minute (the kubelet's container GC period), not every turn.
+    const dead = path.join(links, `web_ns_late-${gone}.log`);
+    await fsp.symlink(path.join(dir, 'missing.log'), dead);
+    await clock.advance(LINK_SWEEP_MS - 1);
+    expect((await manager.syncOnce()).links).toBeUndefined();
+    expect((await fsp.lstat(dead)).isSymbolicLink()).toBe(true);
+    await clock.advance(1);
+    expect((await manager.syncOnce()).links).toEqual([dead]);
   });
 
   it('compressLog streams into .gz through .tmp and refuses a link', async () => {
