@@ -11,6 +11,7 @@ export { CriPodRuntime } from './pods/cri-pod-runtime.js';
 export { ContainerLogManager, parseLogMaxSize } from './pods/log-rotation.js';
 export { DEFAULT_CONTAINER_LOG_DIR } from './pods/log-symlinks.js';
 export { PodManager } from './pods/manager.js';
+export { RuntimeEvents } from './runtime/runtime-events.js';
 export { backoffPolicy } from './pods/plan.js';
 export { StaticPodSource } from './pods/static-source.js';
 export { nodeShutdownFor } from './node/shutdown-manager.js';

@@ -268,7 +268,7 @@ export class Daemon {
     const log = this.#log;
     const services: Service[] = [];
     // The services' modules, once /healthz answers (daemon-services.ts).
-    const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy } = await import('./daemon-services.js');
+    const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, RuntimeEvents, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy } = await import('./daemon-services.js');
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
     // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
     const metrics = new Metrics({ nodeName: identity.nodeName, loopDelay: this.#loopDelay });
@@ -340,7 +340,17 @@ export class Daemon {
     const mode = this.#deps.mode;
     // Connected: a changed pod status wakes the status writer (its listener is registered by the mode's services below).
     let podStatusChanged: (uid: string) => void = () => {};
+    // The runtime's change events (runtime-events.ts): where it has them, the relist runs on
+    // them (and every 10 s) instead of every second.
+    let runtimeChanged = () => {};
+    const runtimeEvents = new RuntimeEvents({
+      stream: (path, body, onMessage, signal) => cri.serverStream(path, body, onMessage, signal),
+      onEvent: () => runtimeChanged(),
+      clock: this.#deps.clock,
+      logger: log.child({ component: 'runtime-events' }),
+    });
     const pods = new PodManager({
+      runtimeEvents,
       onStatusChange: (uid) => podStatusChanged(uid),
       runtime: podRuntime,
       events: mode.events,
@@ -365,8 +375,13 @@ export class Daemon {
       start: async (signal) => {
         await podRuntime.init();
         pods.start(signal);
+        runtimeChanged = () => pods.runtimeChanged();
+        runtimeEvents.start(signal);
       },
-      stop: () => pods.stop(),
+      stop: async () => {
+        await runtimeEvents.stop();
+        await pods.stop();
+      },
     });
     // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
     const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock: this.#deps.clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }), metrics });

@@ -56,7 +56,24 @@ export interface PodManagerOptions {
    * with it, so a change reaches the API at once, as the kubelet's status manager sends it.
    */
   onStatusChange?: (uid: string) => void;
+  /**
+   * The runtime's change events (runtime-events.ts). While a subscription is `live`, a
+   * steady node relists on `runtimeChanged()` and at least every EVENTED_RELIST_MS, and
+   * still every `relistMs` while a pod waits for a look (a sync that acted or failed, a pod
+   * being stopped) and when a backoff, a periodic sync or the housekeeping falls due.
+   */
+  runtimeEvents?: { readonly live: boolean };
 }
+
+/**
+ * The longest wait between two relists while runtime events are live: a safety net for an
+ * event the runtime did not send (the kubelet's Evented PLEG relists every 5 min; the
+ * housekeeping below wants a turn every 10 s anyway).
+ */
+export const EVENTED_RELIST_MS = 10_000;
+
+/** How long after a runtime event the relist keeps its `relistMs` pace (runtimeChanged). */
+export const RUNTIME_CHANGE_FOLLOW_MS = 3000;
 
 /** How often the directories pods left on the node are looked for (the kubelet's housekeeping runs every 2 s; a directory listing every 10 s is plenty). */
 const HOUSEKEEPING_MS = 10_000;
@@ -72,7 +89,7 @@ class Mutex {
 }
 
 export class PodManager {
-  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName' | 'crashLoopBackOff'>> & { hostIP?: string; nodeName?: string; crashLoopBackOff?: BackoffPolicy };
+  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName' | 'crashLoopBackOff' | 'runtimeEvents'>> & { hostIP?: string; nodeName?: string; crashLoopBackOff?: BackoffPolicy; runtimeEvents?: { readonly live: boolean } };
   readonly #workers = new Map<string, PodWorker>();
   readonly #pulls = new Mutex();
   #desired = new Map<string, Pod>();
@@ -107,7 +124,40 @@ export class PodManager {
       logger: this.#o.logger.child({ component: 'probes' }),
       onChange: (uid) => this.#wake(uid),
     });
-    this.#loop = new Loop({ name: 'pod-relist', turn: () => this.#turn(), delayMs: () => this.#o.relistMs, clock: this.#o.clock, logger: this.#o.logger });
+    this.#loop = new Loop({ name: 'pod-relist', turn: () => this.#turn(), delayMs: () => this.#relistDelayMs(), clock: this.#o.clock, logger: this.#o.logger });
+  }
+
+  /** When the runtime last told of a change (runtimeChanged). */
+  #changedAt = -Infinity;
+
+  /**
+   * The runtime told of a change (or events may have been missed): relist now, and every
+   * `relistMs` for RUNTIME_CHANGE_FOLLOW_MS more. containerd's event service publishes a
+   * task's exit as its CRI plugin receives it too, so a relist at once can still list the
+   * container running: the looks that follow see the CRI plugin's update.
+   */
+  runtimeChanged(): void {
+    this.#changedAt = this.#o.clock.now();
+    this.#loop.wake();
+  }
+
+  /**
+   * The wait before the next relist: `relistMs` (the kubelet's 1 s PLEG), or with live
+   * runtime events until the first thing falls due, at most EVENTED_RELIST_MS.
+   */
+  #relistDelayMs(): number {
+    const every = this.#o.relistMs;
+    if (!this.#o.runtimeEvents?.live) return every;
+    const now = this.#o.clock.now();
+    if (now - this.#changedAt < RUNTIME_CHANGE_FOLLOW_MS) return every;
+    let due = now + EVENTED_RELIST_MS;
+    for (const w of this.#workers.values()) {
+      if (w.needsSync || w.terminating || w.busy) return every;
+      due = Math.min(due, w.wakeAt, w.lastSyncAt + this.#o.syncFrequencyMs);
+    }
+    for (const r of this.#removals.values()) due = Math.min(due, r.until);
+    if (this.#sourcesReady) due = Math.min(due, this.#lastHousekeeping + HOUSEKEEPING_MS);
+    return Math.min(EVENTED_RELIST_MS, Math.max(every, due - now));
   }
 
   /** A probe result changed: the pod's worker syncs now (status, or a restart). */

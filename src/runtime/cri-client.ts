@@ -77,6 +77,11 @@ export interface CriClient extends RuntimeService, ImageService {
    * NodeletError UNIMPLEMENTED from a runtime without it (containerd 1.6), UNAVAILABLE when down.
    */
   runtimeConfig(): Promise<RuntimeCgroupConfig>;
+  /**
+   * A server-streaming call on the runtime endpoint (runtime-events.ts): raw messages to
+   * `onMessage`; resolves when the runtime ends the stream, rejects with the GrpcError.
+   */
+  serverStream(path: string, body: Uint8Array, onMessage: (message: Buffer) => void, signal: AbortSignal): Promise<void>;
 }
 
 /** Normalizes an endpoint flag value to a `unix:///path` target, or throws INVALID_ARGUMENT naming `param` (endpoint.ts). */
@@ -287,6 +292,10 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     async imageFsUsage() {
       const res = await img('ImageFsInfo', {});
       return (res.imageFilesystems as FilesystemUsage[] | undefined) ?? [];
+    },
+
+    serverStream(path: string, body: Uint8Array, onMessage: (message: Buffer) => void, signal: AbortSignal) {
+      return runtimeChannel.serverStream(path, body, onMessage, signal);
     },
 
     close() {

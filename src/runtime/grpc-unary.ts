@@ -141,6 +141,20 @@ export class UnaryChannel {
    * Rejects with GrpcError.
    */
   call(path: string, body: Uint8Array, deadlineMs: number): Promise<Buffer> {
+    return this.#call(path, body, { deadlineMs });
+  }
+
+  /**
+   * A server-streaming call without a deadline: each message of the answer goes to
+   * `onMessage` as it arrives; resolves when the server ends the stream with OK, rejects
+   * with GrpcError otherwise (CANCELLED when `signal` aborts).
+   */
+  serverStream(path: string, body: Uint8Array, onMessage: (message: Buffer) => void, signal: AbortSignal): Promise<void> {
+    return this.#call(path, body, { onMessage, signal }).then(() => undefined);
+  }
+
+  #call(path: string, body: Uint8Array, o: { deadlineMs?: number; onMessage?: (message: Buffer) => void; signal?: AbortSignal }): Promise<Buffer> {
+    const { deadlineMs, onMessage, signal } = o;
     if (this.#closed) return Promise.reject(new GrpcError(GrpcStatus.CANCELLED, 'Channel has been shut down'));
     if (body.length > this.#maxSend) {
       return Promise.reject(new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.#maxSend})`));
@@ -148,12 +162,12 @@ export class UnaryChannel {
     return new Promise<Buffer>((resolve, reject) => {
       let stream: http2.ClientHttp2Stream;
       let session: http2.ClientHttp2Session;
-      const headers = {
+      const headers: http2.OutgoingHttpHeaders = {
         ':method': 'POST',
         ':path': path,
         'content-type': 'application/grpc',
         te: 'trailers',
-        'grpc-timeout': grpcTimeout(deadlineMs),
+        ...(deadlineMs !== undefined ? { 'grpc-timeout': grpcTimeout(deadlineMs) } : {}),
         'user-agent': 'nodelet-grpc-unary',
       };
       try {
@@ -176,12 +190,16 @@ export class UnaryChannel {
         if (done) return;
         done = true;
         clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
         if (err) {
           if (!stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
           reject(err);
         } else resolve(res!);
       };
-      const timer = setTimeout(() => finish(new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded')), deadlineMs);
+      const timer = deadlineMs !== undefined ? setTimeout(() => finish(new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded')), deadlineMs) : undefined;
+      const onAbort = () => finish(new GrpcError(GrpcStatus.CANCELLED, 'Cancelled on client'));
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
 
       // Response state.
       let httpStatus: number | undefined;
@@ -223,7 +241,7 @@ export class UnaryChannel {
               finish(new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs. ${this.#maxReceive})`));
               return false;
             }
-            if (message !== undefined) {
+            if (message !== undefined && !onMessage) {
               finish(new GrpcError(GrpcStatus.INTERNAL, 'Received more than one message in a unary call'));
               return false;
             }
@@ -239,6 +257,10 @@ export class UnaryChannel {
           buffered = rest.length;
           if (rest.length) chunks.push(rest);
           expected = undefined;
+          if (onMessage) {
+            onMessage(message);
+            if (done) return false;
+          }
         }
       };
 
@@ -269,6 +291,7 @@ export class UnaryChannel {
         if (statusCode !== undefined) {
           if (statusCode !== GrpcStatus.OK) return finish(new GrpcError(statusCode, statusMessage));
           if (buffered > 0) return finish(new GrpcError(GrpcStatus.INTERNAL, 'Incomplete message at the end of the answer'));
+          if (onMessage) return finish(undefined, Buffer.alloc(0));
           if (message === undefined) return finish(new GrpcError(GrpcStatus.UNIMPLEMENTED, 'No message received'));
           return finish(undefined, message);
         }

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureContainerd, stopContainerd } from '../../helpers/containerd.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { busyboxPod, runtimePods, startPodNode, type PodNode } from './harness.js';
+import { busyboxPod, runtimeOperations, runtimePods, startPodNode, type PodNode } from './harness.js';
 
 /** A containerd of its own: this file stops and starts it, and may run beside other files. */
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-restarts';
@@ -103,5 +103,34 @@ describe('stateless restarts', () => {
     // A new pod runs: the whole path works again.
     node.writeManifest('fresh.yaml', busyboxPod('fresh', 'sleep 3600'));
     await eventually(async () => (await node.pod('fresh'))?.status?.phase === 'Running', 30_000);
+    // containerd's events are subscribed again (the relist went back to every second meanwhile).
+    await node.nodelet.waitFor((r) => node.nodelet.records.indexOf(r) >= mark2 && /runtime events: subscribed to containerd's event service/.test(r.msg), 30_000);
+  });
+
+  it('runtime events (containerd 1.6: its own event service): idle, the runtime is listed every few seconds, not every second; a container stopped behind nodelet is seen and restarted at once', async () => {
+    node.writeManifest('steady.yaml', busyboxPod('steady', 'sleep 3600'));
+    const pod = await eventually(async () => {
+      const p = await node.pod('steady');
+      return p?.status?.phase === 'Running' ? p : undefined;
+    }, 30_000);
+    await eventually(() => node.nodelet.records.some((r) => /runtime events: subscribed to containerd's event service/.test(r.msg) && r.source === 'containerd'), 30_000);
+    // Settled (nothing starting): a window of 10 s.
+    await new Promise((r) => setTimeout(r, 4000));
+    const before = (await runtimeOperations(node)).list_podsandbox ?? 0;
+    await new Promise((r) => setTimeout(r, 10_000));
+    const lists = ((await runtimeOperations(node)).list_podsandbox ?? 0) - before;
+    console.log(`ListPodSandbox calls in 10 s idle with runtime events: ${lists}`);
+    expect(lists).toBeLessThanOrEqual(5);
+    // Stopped through CRI by someone else: containerd's TaskExit event makes nodelet look at once.
+    const id = pod.status!.containerStatuses![0]!.containerID!.slice('containerd://'.length);
+    const started = Date.now();
+    await node.cri.stopContainer(id, 0);
+    await eventually(async () => {
+      const s = (await node.pod('steady'))?.status?.containerStatuses?.[0];
+      return s?.restartCount === 1 && s.state?.running ? s : undefined;
+    }, 20_000, 50);
+    const ms = Date.now() - started;
+    console.log(`a container stopped behind nodelet: restarted and reported ${ms} ms after the stop`);
+    expect(ms).toBeLessThan(5000);
   });
 });

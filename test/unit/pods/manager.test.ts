@@ -637,3 +637,57 @@ describe('observedKey (the relist\'s "nothing changed")', () => {
     expect(observedKey(undefined)).toBe('');
   });
 });
+
+describe('PodManager: with live runtime events (relist on a change, not every second)', () => {
+  it('relists on runtimeChanged() and when something falls due, at most 10 s apart; every second again while a pod waits for a look or events are not live', async () => {
+    const clock = new VirtualClock();
+    const rt = new MemRuntime(clock);
+    let relists = 0;
+    let syncs = 0;
+    const metrics = { relisted: () => void relists++, podWorkerDuration: () => void syncs++, podStartDuration: () => {}, podStarted: () => {}, containerStarted: () => {} };
+    const events = { live: false };
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, metrics, syncFrequencyMs: 25_000, runtimeEvents: events });
+    m.setSourcesReady();
+    m.start();
+    try {
+      m.setDesired([mkPod('u1')]);
+      await clock.advanceUntil(() => m.listPods()[0]?.status?.phase === 'Running', { stepMs: 100, maxMs: 5000 });
+      await clock.advance(3000);
+      // Not live: the kubelet's 1 s relist.
+      relists = 0;
+      await clock.advance(10_000);
+      expect(relists).toBe(10);
+      // Live and steady: the housekeeping (10 s) and the pod's syncFrequency (25 s) are what fall due.
+      events.live = true;
+      await clock.advance(1000);
+      relists = 0;
+      syncs = 0;
+      await clock.advance(60_000);
+      expect(relists).toBeGreaterThanOrEqual(6);
+      expect(relists).toBeLessThanOrEqual(9);
+      expect(syncs).toBe(2);
+      // A container exits: nothing sees it until the runtime tells, then at once.
+      rt.exit('app', 1);
+      await clock.advance(500);
+      expect(m.listPods()[0]!.status!.containerStatuses![0]!.restartCount).toBe(0);
+      m.runtimeChanged();
+      await clock.advance(10);
+      expect(m.listPods()[0]!.status!.containerStatuses![0]).toMatchObject({ restartCount: 1, state: { running: {} } });
+      // The sync acted: the next looks come every second until the pod is steady again.
+      relists = 0;
+      await clock.advance(2000);
+      expect(relists).toBe(2);
+      // Told before the runtime's listing shows it (containerd's event service races its CRI
+      // plugin): the looks of the next seconds see it.
+      await clock.advance(30_000);
+      m.runtimeChanged();
+      await clock.advance(500);
+      rt.exit('app', 1);
+      await clock.advance(1000);
+      // (A second crash: the kubelet's back-off, seen in the status.)
+      expect(m.listPods()[0]!.status!.containerStatuses![0]!.state!.waiting?.reason).toBe('CrashLoopBackOff');
+    } finally {
+      await m.stop();
+    }
+  });
+});

@@ -366,3 +366,59 @@ describe('UnaryChannel: an idle channel does not keep the process alive', () => 
     expect(pipes()).toBe(before);
   });
 });
+
+describe('UnaryChannel: server streams (runtime events)', () => {
+  it('hands each message over as it arrives (several in one DATA frame, one split across frames), sends no deadline, and ends on OK', async () => {
+    let seen: http2.IncomingHttpHeaders | undefined;
+    const got: string[] = [];
+    let gotBeforeEnd = 0;
+    const srv = await serve(async (stream, headers) => {
+      seen = headers;
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
+      stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
+      stream.write(Buffer.concat([frame(Buffer.from('one')), frame(Buffer.from('two'))]));
+      await sleep(20);
+      const third = frame(Buffer.from('three'));
+      stream.write(third.subarray(0, 3));
+      await sleep(20);
+      stream.write(third.subarray(3));
+      await sleep(20);
+      gotBeforeEnd = got.length;
+      stream.end();
+    });
+    await channel(srv.target).serverStream('/s.S/Watch', Buffer.from('req'), (m) => got.push(m.toString()), new AbortController().signal);
+    expect(got).toEqual(['one', 'two', 'three']);
+    expect(gotBeforeEnd).toBe(3);
+    expect(seen![':path']).toBe('/s.S/Watch');
+    expect(seen!['grpc-timeout']).toBeUndefined();
+  });
+
+  it('an abort ends the stream with CANCELLED and resets it (the server sees it closed); a failure status after messages rejects with it', async () => {
+    let serverClosed = false;
+    const srv = await serve((stream) => {
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
+      stream.write(frame(Buffer.from('x')));
+      stream.on('close', () => (serverClosed = true));
+    });
+    const ab = new AbortController();
+    const got: string[] = [];
+    const p = channel(srv.target).serverStream('/s.S/Watch', Buffer.alloc(0), (m) => {
+      got.push(m.toString());
+      ab.abort();
+    }, ab.signal);
+    expect((await failure(p)).code).toBe(GrpcStatus.CANCELLED);
+    expect(got).toEqual(['x']);
+    for (let i = 0; i < 100 && !serverClosed; i++) await sleep(5);
+    expect(serverClosed).toBe(true);
+
+    const failing = await serve((stream) => {
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
+      stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'shutting down' }));
+      stream.end(frame(Buffer.from('y')));
+    });
+    const got2: string[] = [];
+    const e = await failure(channel(failing.target).serverStream('/s.S/Watch', Buffer.alloc(0), (m) => got2.push(m.toString()), new AbortController().signal));
+    expect([e.code, got2]).toEqual([GrpcStatus.UNAVAILABLE, ['y']]);
+    expect(e.message).toContain('shutting down');
+  });
+});
