@@ -27,6 +27,15 @@ async function containerIds(): Promise<string[]> {
   return (await node.cri.listContainers()).filter((c) => c.labels['io.kubernetes.pod.uid']).map((c) => c.id).sort();
 }
 
+/** The `steady` static pod (a sleeper), once Running. */
+async function steadyPod() {
+  node.writeManifest('steady.yaml', busyboxPod('steady', 'sleep 3600'));
+  return eventually(async () => {
+    const p = await node.pod('steady');
+    return p?.status?.phase === 'Running' ? p : undefined;
+  }, 30_000);
+}
+
 describe('stateless restarts', () => {
   it('kill -9 then restart: the same sandboxes and container IDs, no duplicates, restart counts kept, orphans removed', async () => {
     node.writeManifest('steady.yaml', busyboxPod('steady', 'sleep 3600'));
@@ -73,11 +82,7 @@ describe('stateless restarts', () => {
   });
 
   it('containerd stopped: the runtime is reported not ready and pods are kept; started again: recovered without restarting nodelet', async () => {
-    node.writeManifest('steady.yaml', busyboxPod('steady', 'sleep 3600'));
-    const pod = await eventually(async () => {
-      const p = await node.pod('steady');
-      return p?.status?.phase === 'Running' ? p : undefined;
-    }, 30_000);
+    const pod = await steadyPod();
     const id = pod.status!.containerStatuses![0]!.containerID;
     const pid = node.nodelet.pid;
     const mark = node.nodelet.records.length;
@@ -108,11 +113,7 @@ describe('stateless restarts', () => {
   });
 
   it('runtime events (containerd 1.6: its own event service): idle, the runtime is listed every few seconds, not every second; a container stopped behind nodelet is seen and restarted at once', async () => {
-    node.writeManifest('steady.yaml', busyboxPod('steady', 'sleep 3600'));
-    const pod = await eventually(async () => {
-      const p = await node.pod('steady');
-      return p?.status?.phase === 'Running' ? p : undefined;
-    }, 30_000);
+    const pod = await steadyPod();
     await eventually(() => node.nodelet.records.some((r) => /runtime events: subscribed to containerd's event service/.test(r.msg) && r.source === 'containerd'), 30_000);
     // Settled (nothing starting): a window of 10 s.
     await new Promise((r) => setTimeout(r, 4000));
