@@ -48,7 +48,7 @@ export interface RuntimeEventsOptions {
 }
 
 /** The SubscribeRequest asking for the CRI plugin's events only. */
-function containerdSubscribeRequest(): Buffer {
+export function containerdSubscribeRequest(): Buffer {
   const filter = Buffer.from(`namespace==${CONTAINERD_CRI_NAMESPACE}`);
   return Buffer.concat([Buffer.from([0x0a, filter.length]), filter]);
 }

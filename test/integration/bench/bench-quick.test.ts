@@ -16,6 +16,7 @@ const BENCHES: [string, number][] = [
   ['static-start', 14_000],
   ['footprint', 60_000],
   ['api-pod-start', 30_000],
+  ['status-latency', 30_000],
   ['exec-stream', 30_000],
   ['watch-burst', 60_000],
   ['checkpoint', 10_000],
