@@ -41,7 +41,9 @@ export interface PodManagerOptions {
   /** This node's name: the Node the warning about another agent's pods is an event on (none when unset). */
   nodeName?: string;
   /**
-   * The kubelet's syncFrequency (default 1 min): a steady pod is synced at least this often.
+   * The kubelet's syncFrequency (default 1 min): a steady pod is synced again at the first
+   * relist at least this long after its last sync, and no later than half of it more (the
+   * kubelet requeues a synced pod after syncFrequency plus a jitter of up to half of it).
    * Otherwise a pod syncs only when something asks for it: its observation in the relist
    * changed (the PLEG), a source changed it, a probe result changed, a backoff it waits for
    * ended, or its last sync acted or failed.
@@ -60,7 +62,8 @@ export interface PodManagerOptions {
    * The runtime's change events (runtime-events.ts). While a subscription is `live`, a
    * steady node relists on `runtimeChanged()` and at least every EVENTED_RELIST_MS, and
    * still every `relistMs` while a pod waits for a look (a sync that acted or failed, a pod
-   * being stopped) and when a backoff, a periodic sync or the housekeeping falls due.
+   * being stopped), when a backoff or the housekeeping falls due, and when a pod's periodic
+   * sync can wait no longer (SYNC_SLACK).
    */
   runtimeEvents?: { readonly live: boolean };
 }
@@ -71,6 +74,15 @@ export interface PodManagerOptions {
  * housekeeping below wants a turn every 10 s anyway).
  */
 export const EVENTED_RELIST_MS = 10_000;
+
+/**
+ * A steady pod's periodic sync may wait up to this fraction of syncFrequency past it, as the
+ * kubelet's pod workers requeue with `wait.Jitter(resyncInterval, 0.5)`. nodelet uses the
+ * slack to ride the relists that run anyway: with live events, pods that started at different
+ * times would otherwise each call for a relist of their own when their minute is up (110 pods
+ * started over a minute: a relist every second, for ever).
+ */
+const SYNC_SLACK = 0.5;
 
 /** How long after a runtime event the relist keeps its `relistMs` pace (runtimeChanged). */
 export const RUNTIME_CHANGE_FOLLOW_MS = 3000;
@@ -124,7 +136,7 @@ export class PodManager {
       logger: this.#o.logger.child({ component: 'probes' }),
       onChange: (uid) => this.#wake(uid),
     });
-    this.#loop = new Loop({ name: 'pod-relist', turn: () => this.#turn(), delayMs: () => this.#relistDelayMs(), clock: this.#o.clock, logger: this.#o.logger });
+    this.#loop = new Loop({ name: 'pod-relist', turn: (signal) => this.#turn(signal), delayMs: () => this.#relistDelayMs(), clock: this.#o.clock, logger: this.#o.logger });
   }
 
   /** When the runtime last told of a change (runtimeChanged). */
@@ -146,14 +158,16 @@ export class PodManager {
    * runtime events until the first thing falls due, at most EVENTED_RELIST_MS.
    */
   #relistDelayMs(): number {
-    const every = this.#o.relistMs;
-    if (!this.#o.runtimeEvents?.live) return every;
     const now = this.#o.clock.now();
+    // relistMs after the last listing (the turn may have waited for its syncs since).
+    const every = Math.max(0, this.#o.relistMs - (now - this.#lastTurn));
+    if (!this.#o.runtimeEvents?.live) return every;
     if (now - this.#changedAt < RUNTIME_CHANGE_FOLLOW_MS) return every;
     let due = now + EVENTED_RELIST_MS;
+    const periodic = this.#o.syncFrequencyMs * (1 + SYNC_SLACK);
     for (const w of this.#workers.values()) {
       if (w.needsSync || w.terminating || w.busy) return every;
-      due = Math.min(due, w.wakeAt, w.lastSyncAt + this.#o.syncFrequencyMs);
+      due = Math.min(due, w.wakeAt, w.lastSyncAt + periodic);
     }
     for (const r of this.#removals.values()) due = Math.min(due, r.until);
     if (this.#sourcesReady) due = Math.min(due, this.#lastHousekeeping + HOUSEKEEPING_MS);
@@ -556,12 +570,28 @@ export class PodManager {
   }
 
   /** One relist turn of the loop: hands the work out and goes on without waiting for the workers. */
-  async #turn(): Promise<void> {
+  /** `signal`: the loop's (its turns wait for their syncs); a kick's turn hands out its work only. */
+  async #turn(signal?: AbortSignal): Promise<void> {
     const jobs = await this.#relist().catch((err) => {
       this.#log.error({ err: errorMessage(err) }, 'pod relist failed');
       return [];
     });
-    void Promise.all(jobs).catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod worker failed'));
+    const done = Promise.all(jobs).catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod worker failed'));
+    // With live events the next relist depends on what these syncs find (one that acted wants
+    // a look in a second; a steady pod's periodic sync, a few ms, wants none): wait for them,
+    // at most relistMs, so that the wait is decided on their outcome and not on "a worker is
+    // busy" (which would add a relist a second after every periodic sync). A longer sync (a
+    // pull, a stop) keeps the relist at its pace for the other pods.
+    if (!signal || !jobs.length || !this.#o.runtimeEvents?.live) return;
+    const cut = new AbortController();
+    const onStop = () => cut.abort();
+    signal.addEventListener('abort', onStop, { once: true });
+    try {
+      await Promise.race([done, this.#o.clock.sleep(this.#o.relistMs, cut.signal).catch(() => {})]);
+    } finally {
+      cut.abort();
+      signal.removeEventListener('abort', onStop);
+    }
   }
 
   /** Stops the loop and waits for workers in flight. Containers keep running: they belong to the runtime. */

@@ -31,10 +31,11 @@ function withEvents(line: (...e: Parameters<EventSink['emit']>) => string = (_re
 }
 
 describe('PodManager loop', () => {
-  it('a long image pull holds back neither other pods nor the relist; pulls themselves are serialized', async () => {
+  // With live runtime events the relist waits for its syncs (at most relistMs) before it decides its next wait.
+  it.each([false, true])('a long image pull holds back neither other pods nor the relist; pulls themselves are serialized (runtime events live: %s)', async (live) => {
     const clock = new VirtualClock();
     const rt = new MemRuntime(clock);
-    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, relistMs: 5, serializeImagePulls: true });
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, relistMs: 5, serializeImagePulls: true, runtimeEvents: { live } });
     // The loop runs on virtual time: each step is one relist.
     const until = (cond: () => boolean) => clock.advanceUntil(cond, { stepMs: 5, maxMs: 2000 });
     m.setSourcesReady();
@@ -639,6 +640,39 @@ describe('observedKey (the relist\'s "nothing changed")', () => {
 });
 
 describe('PodManager: with live runtime events (relist on a change, not every second)', () => {
+  it('syncs a steady pod again 1 to 1.5 syncFrequency after its last sync, on the relists that run anyway: pods started at different times do not each call for a relist', async () => {
+    const clock = new VirtualClock();
+    const rt = new MemRuntime(clock);
+    let relists = 0;
+    const syncs: number[] = [];
+    const metrics = { relisted: () => void relists++, podWorkerDuration: () => void syncs.push(clock.now()), podStartDuration: () => {}, podStarted: () => {}, containerStarted: () => {} };
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, metrics, syncFrequencyMs: 60_000, runtimeEvents: { live: true } });
+    m.setSourcesReady();
+    m.start();
+    try {
+      // 20 pods, one every 3 s: their minutes end 3 s apart.
+      const pods: Pod[] = [];
+      for (let i = 0; i < 20; i++) {
+        pods.push(mkPod(`s${i}`));
+        m.setDesired([...pods]);
+        await clock.advance(3000);
+      }
+      await clock.advanceUntil(() => m.listPods().every((p) => p.status?.phase === 'Running'), { stepMs: 100, maxMs: 5000 });
+      await clock.advance(5000);
+      relists = 0;
+      syncs.length = 0;
+      await clock.advance(180_000);
+      // The relist every 10 s (the housekeeping's), not one per pod's minute (60 in 180 s).
+      expect(relists).toBeGreaterThanOrEqual(17);
+      expect(relists).toBeLessThanOrEqual(19);
+      // Each pod synced every 60 to 90 s: 2 or 3 times in 180 s, no more, no fewer.
+      expect(syncs.length).toBeGreaterThanOrEqual(40);
+      expect(syncs.length).toBeLessThanOrEqual(60);
+    } finally {
+      await m.stop();
+    }
+  });
+
   it('relists on runtimeChanged() and when something falls due, at most 10 s apart; every second again while a pod waits for a look or events are not live', async () => {
     const clock = new VirtualClock();
     const rt = new MemRuntime(clock);
@@ -657,14 +691,15 @@ describe('PodManager: with live runtime events (relist on a change, not every se
       relists = 0;
       await clock.advance(10_000);
       expect(relists).toBe(10);
-      // Live and steady: the housekeeping (10 s) and the pod's syncFrequency (25 s) are what fall due.
+      // Live and steady: the housekeeping's relist every 10 s, and the pod's periodic sync
+      // (syncFrequency 25 s) at the first of them 25 s after its last sync.
       events.live = true;
       await clock.advance(1000);
       relists = 0;
       syncs = 0;
       await clock.advance(60_000);
       expect(relists).toBeGreaterThanOrEqual(6);
-      expect(relists).toBeLessThanOrEqual(9);
+      expect(relists).toBeLessThanOrEqual(7);
       expect(syncs).toBe(2);
       // A container exits: nothing sees it until the runtime tells, then at once.
       rt.exit('app', 1);
