@@ -17,7 +17,7 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { createCriClient } from '../src/runtime/cri-client.js';
 import { UnaryChannel } from '../src/runtime/grpc-unary.js';
-import { CONTAINERD_EVENTS_PATH, containerdSubscribeRequest } from '../src/runtime/runtime-events.js';
+import { CONTAINERD_EVENTS_PATH, CONTAINERD_SUBSCRIBE_REQUEST } from '../src/runtime/runtime-events.js';
 import { freePort } from '../test/helpers/nodelet.js';
 import { benchArgs, httpBody, httpStatus, machine, rows, sleep, stageManifest, startAgent, until, type Agent } from './agent.js';
 import { benchContainerd } from './runtime.js';
@@ -37,7 +37,7 @@ async function main(): Promise<void> {
   const stopEvents = new AbortController();
   const exitTopic = Buffer.from('/tasks/exit');
   const subscription = events
-    .serverStream(CONTAINERD_EVENTS_PATH, containerdSubscribeRequest(), (m) => {
+    .serverStream(CONTAINERD_EVENTS_PATH, CONTAINERD_SUBSCRIBE_REQUEST, (m) => {
       if (m.indexOf(exitTopic) < 0) return;
       const id = /[0-9a-f]{64}/.exec(m.toString('latin1'))?.[0];
       if (id && !exits.has(id)) exits.set(id, performance.now());

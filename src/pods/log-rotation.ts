@@ -138,8 +138,8 @@ export interface RotationTurn {
 }
 
 /**
- * The loop that rotates container logs. One turn: ListContainers (running ones only: a
- * stopped container writes nothing more, and the kubelet does not leave an empty latest
+ * The loop that rotates container logs. One turn: ListContainers (the running ones are
+ * handled: a stopped container writes nothing more, and the kubelet does not leave an empty latest
  * log behind it), then each container's log, `maxWorkers` at a time. Faults are logged per
  * container and retried next turn; a turn never throws. Not re-entrant (the loop runs one
  * turn at a time; tests call syncOnce between turns).
@@ -162,7 +162,9 @@ export class ContainerLogManager extends LoopOwner {
     if (this.#o.limits.maxSize < 0) return turn;
     let ids: string[];
     try {
-      ids = (await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING' })).map((c) => c.id);
+      // The unfiltered list, as the relist asks it: the CRI client decodes that one
+      // incrementally (list-decoder.ts), a filtered answer in full each time.
+      ids = (await this.#o.runtime.listContainers()).filter((c) => c.state === 'CONTAINER_RUNNING').map((c) => c.id);
     } catch (err) {
       this.#log.warn({ err: errorMessage(err) }, `log rotation: cannot list containers: ${errorMessage(err)}`);
       turn.errors.push(errorMessage(err));
@@ -266,10 +268,12 @@ export class ContainerLogManager extends LoopOwner {
       const n = e.name;
       // The listing's type (d_type) says which entries are links: no lstat each.
       if (!n.endsWith('.log') || !e.isSymbolicLink()) continue;
-      const link = path.join(dir, n);
-      if (await fsp.stat(link).then(() => true, () => false)) continue; // alive
+      // A running container's link is kept whatever its target (between a rename and the
+      // reopen it dangles): known from its name, no stat.
       const id = /-([0-9a-f]{64})\.log$/.exec(n)?.[1];
       if (id !== undefined && running.has(id)) continue;
+      const link = path.join(dir, n);
+      if (await fsp.stat(link).then(() => true, () => false)) continue; // alive
       await fsp.rm(link, { force: true });
       removed.push(link);
     }

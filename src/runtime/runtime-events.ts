@@ -47,11 +47,14 @@ export interface RuntimeEventsOptions {
   maxBackoffMs?: number;
 }
 
-/** The SubscribeRequest asking for the CRI plugin's events only. */
-export function containerdSubscribeRequest(): Buffer {
+/**
+ * The SubscribeRequest asking for the CRI plugin's events only: field 1 (`filters`, a
+ * string), whose length fits the one-byte varint written here (under 128).
+ */
+export const CONTAINERD_SUBSCRIBE_REQUEST = ((): Buffer => {
   const filter = Buffer.from(`namespace==${CONTAINERD_CRI_NAMESPACE}`);
   return Buffer.concat([Buffer.from([0x0a, filter.length]), filter]);
-}
+})();
 
 const isUnimplemented = (err: unknown): boolean =>
   (err as { code?: unknown })?.code === GrpcStatus.UNIMPLEMENTED || isNodeletError(err, 'UNIMPLEMENTED');
@@ -93,7 +96,7 @@ export class RuntimeEvents {
   async #turn(signal: AbortSignal): Promise<void> {
     const sources: [RuntimeEventSource, string, Buffer][] = [
       ['cri', CRI_EVENTS_PATH, Buffer.alloc(0)],
-      ['containerd', CONTAINERD_EVENTS_PATH, containerdSubscribeRequest()],
+      ['containerd', CONTAINERD_EVENTS_PATH, CONTAINERD_SUBSCRIBE_REQUEST],
     ];
     for (const [source, path, body] of sources) {
       try {

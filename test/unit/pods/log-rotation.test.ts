@@ -85,8 +85,12 @@ function fakeRuntime(file: string) {
     calls,
     refuse: (msg) => void (refuse = msg),
     async listContainers(filter) {
-      calls.push(`list:${filter?.state}`);
-      return [{ id: 'c1' }] as Awaited<ReturnType<LogRotationRuntime['listContainers']>>;
+      calls.push(`list:${filter?.state ?? 'all'}`);
+      // An exited container is listed too: its log is never looked at.
+      return [
+        { id: 'c1', state: 'CONTAINER_RUNNING' },
+        { id: 'c0', state: 'CONTAINER_EXITED' },
+      ] as Awaited<ReturnType<LogRotationRuntime['listContainers']>>;
     },
     async containerStatus(id) {
       calls.push(`status:${id}`);
@@ -136,9 +140,9 @@ describe('ContainerLogManager', () => {
       return x.endsWith('.gz') ? gunzipSync(b).toString() : b.toString();
     }))).join('');
     expect(text).toBe(Array.from({ length: 12 }, (_, i) => line(20 + i)).join(''));
-    // log_path is asked once; only running containers are listed.
-    expect(rt.calls.filter((c) => c.startsWith('status'))).toHaveLength(1);
-    expect(rt.calls.filter((c) => c.startsWith('list'))).toEqual(Array(8).fill('list:CONTAINER_RUNNING'));
+    // log_path is asked once, of the running container only; one unfiltered list per turn.
+    expect(rt.calls.filter((c) => c.startsWith('status'))).toEqual(['status:c1']);
+    expect(rt.calls.filter((c) => c.startsWith('list'))).toEqual(Array(8).fill('list:all'));
   });
 
   it('a runtime that refuses to reopen (a container that stopped meanwhile): the file is renamed back, nothing lost, retried next turn', async () => {
@@ -179,7 +183,7 @@ describe('ContainerLogManager', () => {
     let most = 0;
     const ids = Array.from({ length: 6 }, (_, i) => `c${i}`);
     const rt: LogRotationRuntime = {
-      listContainers: async () => ids.map((id) => ({ id })) as Awaited<ReturnType<LogRotationRuntime['listContainers']>>,
+      listContainers: async () => ids.map((id) => ({ id, state: 'CONTAINER_RUNNING' })) as Awaited<ReturnType<LogRotationRuntime['listContainers']>>,
       async containerStatus(id) {
         inFlight++;
         most = Math.max(most, inFlight);
@@ -209,7 +213,7 @@ describe('ContainerLogManager', () => {
     await fsp.symlink(file, path.join(links, `web_ns_live-${gone}.log`));
     await fsp.writeFile(path.join(links, `plain_ns_app-${gone}.log`), '');
     const rt: LogRotationRuntime = {
-      listContainers: async () => [{ id: running }] as Awaited<ReturnType<LogRotationRuntime['listContainers']>>,
+      listContainers: async () => [{ id: running, state: 'CONTAINER_RUNNING' }] as Awaited<ReturnType<LogRotationRuntime['listContainers']>>,
       containerStatus: async () => ({ logPath: file }) as Awaited<ReturnType<LogRotationRuntime['containerStatus']>>,
       reopenContainerLog: async () => {},
     };
