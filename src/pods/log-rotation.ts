@@ -102,7 +102,7 @@ export function parseLogMaxSize(text: string): number {
 }
 
 /** The CRI calls rotation needs. */
-export type LogRotationRuntime = Pick<RuntimeService, 'listContainers' | 'containerStatus' | 'reopenContainerLog'>;
+export type LogRotationRuntime = Pick<RuntimeService, 'listContainers' | 'recentContainers' | 'containerStatus' | 'reopenContainerLog'>;
 
 export interface ContainerLogManagerOptions {
   runtime: LogRotationRuntime;
@@ -162,9 +162,12 @@ export class ContainerLogManager extends LoopOwner {
     if (this.#o.limits.maxSize < 0) return turn;
     let ids: string[];
     try {
-      // The unfiltered list, as the relist asks it: the CRI client decodes that one
-      // incrementally (list-decoder.ts), a filtered answer in full each time.
-      ids = (await this.#o.runtime.listContainers()).filter((c) => c.state === 'CONTAINER_RUNNING').map((c) => c.id);
+      // The pod relist's list when it is at most a period old (the relist runs at least every
+      // 10 s): no second ListContainers every turn. Else the unfiltered list, as the relist
+      // asks it: the CRI client decodes that one incrementally (list-decoder.ts), a filtered
+      // answer in full each time.
+      const list = this.#o.runtime.recentContainers?.(this.#o.periodMs) ?? (await this.#o.runtime.listContainers());
+      ids = list.filter((c) => c.state === 'CONTAINER_RUNNING').map((c) => c.id);
     } catch (err) {
       this.#log.warn({ err: errorMessage(err) }, `log rotation: cannot list containers: ${errorMessage(err)}`);
       turn.errors.push(errorMessage(err));
@@ -218,8 +221,14 @@ export class ContainerLogManager extends LoopOwner {
     if (!log) return;
     let st = await ifExists(fsp.lstat(log));
     if (!st) {
-      // Missing (a failed reopen earlier, someone removed it): the runtime recreates it.
-      await this.#reopen(id);
+      // Missing (a failed reopen earlier, someone removed it): the runtime recreates it. A
+      // container removed since the list has nothing to reopen.
+      try {
+        await this.#reopen(id);
+      } catch (err) {
+        if (isNodeletError(err, 'NOT_FOUND')) return;
+        throw err;
+      }
       st = await ifExists(fsp.lstat(log));
       if (!st) return;
     }

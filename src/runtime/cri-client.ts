@@ -163,6 +163,8 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       throw new NodeletError('INTERNAL', `${method}: cannot decode the runtime's answer: ${err instanceof Error ? err.message : String(err)}`, { method });
     }
   }
+  /** The last unfiltered ListContainers answer and when it came (recentContainers). */
+  let lastContainers: { at: number; items: Container[] } | undefined;
   const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>('ImageService', method, req, deadlineMs);
 
   return {
@@ -223,7 +225,11 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       await rt('RemoveContainer', { containerId: id });
     },
     async listContainers(filter?: ContainerFilter) {
-      if (!filter) return rawList('ListContainers');
+      if (!filter) {
+        const items = await rawList('ListContainers');
+        lastContainers = { at: performance.now(), items };
+        return items;
+      }
       const f = filter && {
         id: filter.id ?? '',
         podSandboxId: filter.podSandboxId ?? '',
@@ -232,6 +238,9 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       };
       const res = await rt('ListContainers', f ? { filter: f } : {});
       return (res.containers as Container[]) ?? [];
+    },
+    recentContainers(maxAgeMs: number) {
+      return lastContainers && performance.now() - lastContainers.at <= maxAgeMs ? lastContainers.items : undefined;
     },
     async containerStatus(id: string) {
       const res = await rt('ContainerStatus', { containerId: id, verbose: false });

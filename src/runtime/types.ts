@@ -325,6 +325,12 @@ export interface RuntimeService {
   /** OK for an unknown ID; a running container is killed first. */
   removeContainer(id: string): Promise<void>;
   listContainers(filter?: ContainerFilter): Promise<Container[]>;
+  /**
+   * The last unfiltered `listContainers()` answer (the pod relist's) when it came at most
+   * `maxAgeMs` ago, else undefined: for readers that can use a list that old instead of
+   * asking the runtime again (log rotation). Optional: a client may keep none.
+   */
+  recentContainers?(maxAgeMs: number): Container[] | undefined;
   /** NOT_FOUND for an unknown ID. */
   containerStatus(id: string): Promise<ContainerStatus>;
   /**

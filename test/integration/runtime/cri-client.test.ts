@@ -115,6 +115,17 @@ describe('CRI client against the test CRI server', () => {
     expect(await client.containerStatus(id)).toMatchObject({ state: 'CONTAINER_EXITED', exitCode: 42, reason: 'Error' });
   });
 
+  it("keeps the last unfiltered ListContainers answer for recentContainers(maxAge), not a filtered one, and only that long", async () => {
+    const id = await runningContainer();
+    const all = await client.listContainers();
+    expect(all.map((c) => c.id)).toContain(id);
+    expect(client.recentContainers!(60_000)).toBe(all);
+    await client.listContainers({ id });
+    expect(client.recentContainers!(60_000)).toBe(all);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(client.recentContainers!(10)).toBeUndefined();
+  });
+
   it('pulls only what a registry would have, even when the image is present', async () => {
     expect((await rejection(client.pullImage('local/busybox'))).code).toBe('INTERNAL');
     const err = await rejection(client.pullImage('example.invalid/nothing:1'));

@@ -23,6 +23,21 @@ describe('containerHash (the kubelet HashContainer of v1.35)', () => {
     expect(containerHash({ ...base, command: ['sleep', '1'], env: [{ name: 'A', value: 'b' }], resources: { limits: { cpu: '1' } } } as never)).toBe(h);
   });
 
+  it('answers a repeated name and image from its memo with the same value, and never mixes up a name and image that join alike', () => {
+    const pairs = [
+      { name: 'ab', image: 'c' },
+      { name: 'a', image: 'bc' },
+      { name: '', image: 'abc' },
+      { name: 'abc', image: '' },
+      { name: 'abc' },
+    ];
+    for (let round = 0; round < 2; round++) for (const p of pairs) expect(containerHash(p)).toBe(hashContainer(p).toString(16));
+    expect(new Set(pairs.slice(0, 4).map((p) => containerHash(p))).size).toBe(4);
+    // Past its bound the memo starts again, with the same answers.
+    for (let i = 0; i < 5000; i++) containerHash({ name: `n${i}`, image: 'x' });
+    expect(containerHash({ name: 'ab', image: 'c' })).toBe(hashContainer({ name: 'ab', image: 'c' }).toString(16));
+  });
+
   it('prints like strconv.FormatUint(h, 16): lowercase hex without zero padding', () => {
     // Search a small space for a hash below 0x10000000, whose padded form would differ.
     let found: string | undefined;

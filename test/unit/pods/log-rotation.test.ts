@@ -177,6 +177,32 @@ describe('ContainerLogManager', () => {
     expect(off.calls).toEqual([]);
   });
 
+  it("uses the relist's list while it is at most a period old, asks ListContainers otherwise, and passes over a container removed since that list", async () => {
+    const clock = new VirtualClock(T0);
+    const rt = fakeRuntime(file);
+    let recent: Awaited<ReturnType<LogRotationRuntime['listContainers']>> | undefined;
+    const ages: number[] = [];
+    rt.recentContainers = (maxAgeMs) => {
+      ages.push(maxAgeMs);
+      return recent;
+    };
+    const m = new ContainerLogManager({ runtime: rt, limits: { maxSize: 100, maxFiles: 3 }, maxWorkers: 1, periodMs: 10_000, clock });
+    expect((await m.syncOnce()).containers).toBe(1);
+    expect(rt.calls.filter((c) => c.startsWith('list'))).toHaveLength(1);
+    // The relist listed lately: its list, no call; it asked for one at most a period old.
+    recent = [
+      { id: 'c1', state: 'CONTAINER_RUNNING' },
+      { id: 'gone', state: 'CONTAINER_RUNNING' },
+    ] as typeof recent;
+    const t = await m.syncOnce();
+    expect(t.containers).toBe(2);
+    expect(rt.calls.filter((c) => c.startsWith('list'))).toHaveLength(1);
+    expect(ages).toEqual([10_000, 10_000]);
+    // "gone" was removed since that list: its status is NOT_FOUND, nothing to rotate, no error.
+    expect(t.errors).toEqual([]);
+    expect(rt.calls).toContain('status:gone');
+  });
+
   it('handles at most maxWorkers containers at once', async () => {
     const clock = new VirtualClock(T0);
     let inFlight = 0;
