@@ -103,10 +103,14 @@ export interface DelaySampler {
  * machines cost more than half of nodelet's whole idle CPU (two of them ran, 10 and 20 ms,
  * one for this check and one for /metrics). A step can only hold the loop for X ms where
  * the loop was busy for X ms, which `performance.eventLoopUtilization()` tells for free.
- * So the fine sampler (10 ms) runs only after a window in which the loop was busy for at
- * least `busyMs` (a step that long was possible), and stops after a quieter one; in every
- * window the check's own timer is a sampler too (how late its turn came), so a step that
- * holds an idle loop is still seen, at worst as its length minus one check period.
+ * So the fine sampler (20 ms) runs only after two windows in a row in which the loop was
+ * busy for at least `busyMs` (a busy period: steps that long were possible), and stops
+ * after a quieter one; in every window the check's own timer is a sampler too (how late its
+ * turn came), so a step that holds an idle loop is still seen, at worst as its length minus
+ * one check period. Two windows, not one: a node's periodic work (relist, log rotation,
+ * static rescan at 110 pods) is one busy window every 10 s, and a fine sampler started after
+ * each ran through the quiet windows that follow (~95 wake-ups per 10 s at 10 ms, each
+ * ~0.25 ms of CPU on these machines: a quarter of the idle node's CPU).
  * Each `sample()` is one window (a turn of the event-loop check); the windows' longest
  * delays also feed /metrics (`take()`: the longest and the 99th percentile since the
  * previous scrape).
@@ -116,6 +120,8 @@ export class EventLoopDelay {
   readonly #activeMs: () => number;
   readonly #fine: () => DelaySampler;
   #sampler: DelaySampler | undefined;
+  /** Busy windows in a row, up to the last one. */
+  #busyWindows = 0;
   /** The windows' longest delays since the last take(), in ns (createHistogram records integers ≥ 1). */
   readonly #windows = createHistogram();
 
@@ -125,13 +131,13 @@ export class EventLoopDelay {
     this.#fine =
       o.fine ??
       (() => {
-        const h = monitorEventLoopDelay({ resolution: 10 });
+        const h = monitorEventLoopDelay({ resolution: 20 });
         h.enable();
         return h;
       });
   }
 
-  /** Whether the fine sampler runs now (the last window was busy). */
+  /** Whether the fine sampler runs now (the last two windows were busy). */
   get fine(): boolean {
     return this.#sampler !== undefined;
   }
@@ -149,7 +155,8 @@ export class EventLoopDelay {
     }
     if (maxMs > 0) this.#windows.record(Math.max(1, Math.round(maxMs * 1e6)));
     const busy = this.#activeMs() >= this.#busyMs;
-    if (busy && !s) this.#sampler = this.#fine();
+    this.#busyWindows = busy ? this.#busyWindows + 1 : 0;
+    if (this.#busyWindows >= 2 && !s) this.#sampler = this.#fine();
     else if (!busy && s) {
       s.disable();
       this.#sampler = undefined;
