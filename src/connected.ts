@@ -176,7 +176,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
         clock,
         logger: log.child({ component: 'pod-status' }),
       });
-      // A changed status is written at once; the writer's 1 s comparison stays as the backstop.
+      // A changed status is written at once; the writer's 10 s comparison stays as the backstop.
       ctx.pods.onStatusChange?.(() => statusWriter.statusChanged());
       const lease = new LeaseRenewer({
         api: cp.leases,

@@ -109,8 +109,8 @@ export interface DelaySampler {
  * turn came), so a step that holds an idle loop is still seen, at worst as its length minus
  * one check period. Two windows, not one: a node's periodic work (relist, log rotation,
  * static rescan at 110 pods) is one busy window every 10 s, and a fine sampler started after
- * each ran through the quiet windows that follow (~95 wake-ups per 10 s at 10 ms, each
- * ~0.25 ms of CPU on these machines: a quarter of the idle node's CPU).
+ * each ran through the quiet window that follows (strace of a 110-pod node's main thread:
+ * 176 of its wake-ups in 20 s at 10 ms, 2 now).
  * Each `sample()` is one window (a turn of the event-loop check); the windows' longest
  * delays also feed /metrics (`take()`: the longest and the 99th percentile since the
  * previous scrape).

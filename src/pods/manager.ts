@@ -569,8 +569,11 @@ export class PodManager {
     this.#loop.start(signal);
   }
 
-  /** One relist turn of the loop: hands the work out and goes on without waiting for the workers. */
-  /** `signal`: the loop's (its turns wait for their syncs); a kick's turn hands out its work only. */
+  /**
+   * One relist turn: hands the work out. A turn of the loop (`signal` given) with live
+   * events then waits for its syncs, at most relistMs; a kick's turn and a turn without
+   * live events go on without waiting for the workers.
+   */
   async #turn(signal?: AbortSignal): Promise<void> {
     const jobs = await this.#relist().catch((err) => {
       this.#log.error({ err: errorMessage(err) }, 'pod relist failed');

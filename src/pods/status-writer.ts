@@ -46,11 +46,22 @@ export interface PodStatusWriterOptions {
   pods: PodStatusSource;
   logger: Logger;
   clock?: Clock;
-  /** How often statuses are compared besides the turns statusChanged() asks for (default 1 s: a comparison, no request unless changed). */
+  /**
+   * How often statuses are compared besides the turns statusChanged() and a new or newly
+   * deleting API pod ask for (default STATUS_SYNC_MS: a comparison, no request unless changed).
+   */
   periodMs?: number;
 }
 
 const TERMINAL = new Set(['Succeeded', 'Failed']);
+
+/**
+ * The backstop comparison of every status, the kubelet's status manager's syncBatch period
+ * (10 s): changes are written when the pod manager tells of them, so this only retries a
+ * failed write and catches what nobody told of. It was 1 s: a comparison of every status
+ * every second, most of a connected idle node's CPU above a standalone one's.
+ */
+export const STATUS_SYNC_MS = 10_000;
 
 export class PodStatusWriter extends LoopOwner {
   readonly #o: Required<PodStatusWriterOptions>;
@@ -64,17 +75,35 @@ export class PodStatusWriter extends LoopOwner {
    */
   readonly #written = new Map<string, { value: unknown; keys: string[] }>();
   readonly #deleted = new Set<string>();
+  /** Per UID of the last set from setApiPods: whether it was being deleted. */
+  #apiSeen = new Map<string, boolean>();
   /** Per UID: the last failure logged, so a failing write is logged once, not every turn. */
   readonly #failures = new Map<string, string>();
 
   constructor(o: PodStatusWriterOptions) {
-    super({ name: 'pod-status', clock: o.clock ?? realClock, periodMs: o.periodMs ?? 1000 });
-    this.#o = { clock: realClock, periodMs: 1000, ...o };
+    super({ name: 'pod-status', clock: o.clock ?? realClock, periodMs: o.periodMs ?? STATUS_SYNC_MS });
+    this.#o = { clock: realClock, periodMs: STATUS_SYNC_MS, ...o };
   }
 
-  /** The control plane's full set of this node's pods (from the reflector). */
+  /**
+   * The control plane's full set of this node's pods (from the reflector). A pod not in the
+   * previous set (its status may be waiting: a mirror pod just created) or newly being deleted
+   * (a pod already out of the runtime is deleted from the API now) wakes a turn.
+   */
   setApiPods(pods: Pod[]): void {
     this.#apiPods = pods;
+    const prev = this.#apiSeen;
+    const next = new Map<string, boolean>();
+    let wake = false;
+    for (const p of pods) {
+      const uid = p.metadata?.uid;
+      if (!uid) continue;
+      const deleting = p.metadata?.deletionTimestamp != null;
+      next.set(uid, deleting);
+      if (!wake && prev.get(uid) !== deleting) wake = true;
+    }
+    this.#apiSeen = next;
+    if (wake) this.wake();
   }
 
   /**

@@ -118,7 +118,7 @@ describe('PodStatusWriter', () => {
       await clock.whenSleeping();
       await settle();
       expect(api.patches).toHaveLength(2); // the first turn, at once
-      expect(clock.sleeps).toEqual([1000]);
+      expect(clock.sleeps).toEqual([10_000]); // the kubelet's status manager resync period
       const t0 = clock.now();
       const readsBefore = reads.n;
       // Both pods' containers run: the manager tells of each change, in the same tick.
@@ -135,12 +135,14 @@ describe('PodStatusWriter', () => {
         ['u2', 'Running'],
       ]);
       expect(reads.n - readsBefore).toBe(2); // one turn: each pod read once
-      expect(clock.sleeps).toEqual([1000, 1000]); // and it sleeps its period again
-      // The period stays as the backstop: a change nobody told of is written within 1 s.
+      expect(clock.sleeps).toEqual([10_000, 10_000]); // and it sleeps its period again
+      // The period stays as the backstop: a change nobody told of is written within 10 s.
       statuses.set('u1', { phase: 'Succeeded' });
       await settle();
       expect(api.patches).toHaveLength(4);
-      await clock.advance(1000);
+      await clock.advance(9_999);
+      expect(api.patches).toHaveLength(4);
+      await clock.advance(1);
       expect(api.patches).toHaveLength(5);
       expect(api.patches[4]!.status.phase).toBe('Succeeded');
     } finally {
@@ -172,6 +174,39 @@ describe('PodStatusWriter', () => {
       await settle();
       expect(clock.now()).toBe(Date.UTC(2026, 10, 23, 2, 0, 0));
       expect(api.patches.map((p) => p.status.phase)).toEqual(['Pending', 'Running']);
+    } finally {
+      await w.stop();
+    }
+  });
+
+  it('a pod new in the API set, or newly being deleted, wakes a turn at once; the same set again does not', async () => {
+    const clock = new VirtualClock();
+    const { api, statuses, active, w, setApiPods, reads } = setup(clock);
+    statuses.set('u1', running);
+    statuses.set('u2', running);
+    setApiPods([pod('u1')]);
+    w.start();
+    try {
+      await clock.whenSleeping();
+      await settle();
+      expect(api.patches.map((p) => p.uid)).toEqual(['u1']);
+      // The same pods again (a watch event of another field): no turn.
+      const before = reads.n;
+      setApiPods([pod('u1')]);
+      await settle();
+      expect(reads.n).toBe(before);
+      // A new pod (a mirror pod just created): its status is written now, not in 10 s.
+      setApiPods([pod('u1'), pod('u2')]);
+      await settle();
+      await settle();
+      expect(api.patches.map((p) => p.uid)).toEqual(['u1', 'u2']);
+      // u2 is being deleted and is already out of the runtime: deleted from the API now.
+      active.delete('u2');
+      setApiPods([pod('u1'), { ...pod('u2'), metadata: { ...pod('u2').metadata, deletionTimestamp: '2026-11-23T02:00:00Z' } }]);
+      await settle();
+      await settle();
+      expect(api.deletes.map((d) => d.uid)).toEqual(['u2']);
+      expect(clock.now()).toBe(Date.UTC(2026, 10, 23, 2, 0, 0)); // no virtual time went by
     } finally {
       await w.stop();
     }
