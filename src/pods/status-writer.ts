@@ -59,7 +59,8 @@ const TERMINAL = new Set(['Succeeded', 'Failed']);
  * The backstop comparison of every status, the kubelet's status manager's syncBatch period
  * (10 s): changes are written when the pod manager tells of them, so this only retries a
  * failed write and catches what nobody told of. It was 1 s: a comparison of every status
- * every second, most of a connected idle node's CPU above a standalone one's.
+ * every second (connected idle with 110 pods in bench/footprint.ts: 1.38 → 1.23 % of a
+ * core, one run each).
  */
 export const STATUS_SYNC_MS = 10_000;
 
