@@ -20,7 +20,7 @@ import path from 'node:path';
 import type { Container, Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../errors.js';
 import type { Mount, MountPropagation } from '../runtime/types.js';
-import { expand } from './env.js';
+import { ExpansionTooLarge, expand } from './env.js';
 import { isDnsLabel, isDnsSubdomain, isPodUid } from './pod-validation.js';
 import { bindSubPath, hostMounter, removeTree, subPathTarget, unmountUnder, type Mounter } from './subpath.js';
 import { ifExists, readdirOrEmpty } from '../system/fs-util.js';
@@ -102,6 +102,18 @@ export interface ContainerMountsOptions {
   mounter?: Mounter;
 }
 
+/** Linux's PATH_MAX: a longer subPath could never be opened, so its expansion stops there. */
+const MAX_SUBPATH = 4096;
+
+function expandSubPath(expr: string, env: ReadonlyMap<string, string> | undefined, refuse: (msg: string) => Error): string {
+  try {
+    return expand(expr, env ?? new Map(), MAX_SUBPATH);
+  } catch (err) {
+    if (err instanceof ExpansionTooLarge) throw refuse(`subPathExpr would expand past ${MAX_SUBPATH} bytes (PATH_MAX)`);
+    throw err;
+  }
+}
+
 /**
  * Sets up the volumes `container` mounts and returns its CRI mounts, in volumeMounts order.
  * A subPath (or an expanded subPathExpr) is bound onto
@@ -121,7 +133,7 @@ export async function containerMounts(pod: Pod, container: Container, rootDir: s
     let host = await volumeHostPath(pod, v, rootDir);
     if (vm.subPath && vm.subPathExpr) throw refuse('subPath and subPathExpr are mutually exclusive');
     // As the kubelet: subPathExpr is expanded from the container's environment; an empty result is the whole volume.
-    const sub = vm.subPath || (vm.subPathExpr ? expand(vm.subPathExpr, o.env ?? new Map()) : '');
+    const sub = vm.subPath || (vm.subPathExpr ? expandSubPath(vm.subPathExpr, o.env, refuse) : '');
     if (sub) {
       if (!isDnsLabel(container.name)) throw refuse(`container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`);
       const target = subPathTarget(podDir(rootDir, pod.metadata?.uid ?? ''), vm.name, container.name, i);

@@ -83,3 +83,70 @@ describe('containerEnv', () => {
     expect(refuse({ env: [{ name: 'X', valueFrom: { resourceFieldRef: { resource: 'cpu' } } }] })).toBe('CreateContainerConfigError: env X: resourceFieldRef.resource "cpu" is not supported');
   });
 });
+
+describe('bounded expansion', () => {
+  const reasonOf = (f: () => unknown): string => {
+    try {
+      f();
+      return 'no error';
+    } catch (err) {
+      const e = err as Error & { details?: { reason?: string; bound?: number } };
+      return `${e.details?.reason} (${e.details?.bound}): ${e.message}`;
+    }
+  };
+  /** E0 = 1,000 × x, then E<i> = $(E<i-1>)$(E<i-1>): each level doubles the value. */
+  const doubling = (levels: number): Container => ({
+    name: 'bomb',
+    image: 'busybox',
+    env: [{ name: 'E0', value: 'x'.repeat(1000) }, ...Array.from({ length: levels }, (_, i) => ({ name: `E${i + 1}`, value: `$(E${i})$(E${i})` }))],
+  });
+
+  it('follows the kubelet on its edge cases: unclosed references, $ before other characters, runs of $', () => {
+    const vars = new Map([['A', 'a'], ['BIG_MONEY', '$$']]);
+    expect(expand('$(A $$', vars)).toBe('$(A $');
+    expect(expand('$(A $$ $(A)', vars)).toBe('$(A $$ $(A)');
+    expect(expand('$$$$$$(BIG_MONEY)', vars)).toBe('$$$(BIG_MONEY)');
+    expect(expand('$$$$$$$(BIG_MONEY)', vars)).toBe('$$$$$');
+    expect(expand('$A)$(A)$', vars)).toBe('$A)a$');
+    expect(expand('$()', new Map([['', 'empty']]))).toBe('empty');
+  });
+
+  it('expand stops at its limit before building the value', () => {
+    const vars = new Map([['X', 'x'.repeat(100)]]);
+    expect(expand('$(X)$(X)', vars, 200)).toHaveLength(200);
+    expect(() => expand('$(X)$(X)!', vars, 200)).toThrow('expansion exceeds 200 bytes');
+    expect(() => expand('y'.repeat(201), vars, 200)).toThrow('expansion exceeds 200 bytes');
+  });
+
+  it('a doubling env of 18 and 19 levels is refused at the first value past 128 KiB, naming it', () => {
+    for (const levels of [18, 19, 40]) {
+      expect(reasonOf(() => containerEnv(pod, doubling(levels), ctx))).toBe(
+        'CreateContainerConfigError (131072): env E8: the value would exceed 131072 bytes, the most one environment variable (with its name) can hold (Linux MAX_ARG_STRLEN: execve refuses it with E2BIG)',
+      );
+    }
+    // Seven levels (128,000 bytes) still fit: the bound refuses nothing a container could start with.
+    expect(containerEnv(pod, doubling(7), ctx).envs.at(-1)!.value).toHaveLength(128_000);
+  });
+
+  it('the environment, command and args together stop at 4 MiB, naming the value that passes it', () => {
+    const big = 'x'.repeat(120_000);
+    const c: Container = { name: 'wide', image: 'busybox', env: [{ name: 'B', value: big }, ...Array.from({ length: 40 }, (_, i) => ({ name: `V${i}`, value: '$(B)' }))] };
+    // 4 MiB holds 34 such entries (B and V0..V32); V33 passes it.
+    expect(reasonOf(() => containerEnv(pod, c, ctx))).toBe(
+      "CreateContainerConfigError (4194304): env V33: the container's environment, command and args would exceed 4194304 bytes together, nodelet's bound on them",
+    );
+    const args: Container = { name: 'args', image: 'busybox', env: [{ name: 'B', value: big }], args: Array.from({ length: 40 }, () => '$(B)') };
+    expect(reasonOf(() => containerEnv(pod, args, ctx))).toMatch(/^CreateContainerConfigError \(4194304\): args\[33\]: the container's environment/);
+    expect(reasonOf(() => containerEnv(pod, { ...args, args: ['$(B)$(B)'] }, ctx))).toBe(
+      'CreateContainerConfigError (131072): args[0]: the value would exceed 131072 bytes, the most one argument can hold (Linux MAX_ARG_STRLEN: execve refuses it with E2BIG)',
+    );
+  });
+
+  it('counts bytes, not characters; downward API values count but are never expanded', () => {
+    const euro: Container = { name: 'e', image: 'busybox', env: [{ name: 'E', value: '€'.repeat(50_000) }] };
+    expect(reasonOf(() => containerEnv(pod, euro, ctx))).toMatch(/^CreateContainerConfigError \(131072\): env E: the value would exceed/);
+    const dollars = { ...pod, metadata: { ...pod.metadata, annotations: { a: '$$(x)' } } };
+    const r = containerEnv(dollars, { name: 'd', image: 'busybox', env: [{ name: 'A', valueFrom: { fieldRef: { fieldPath: "metadata.annotations['a']" } } }] }, ctx);
+    expect(r.envs).toEqual([{ key: 'A', value: '$$(x)' }]);
+  });
+});

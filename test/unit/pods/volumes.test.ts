@@ -227,6 +227,11 @@ describe('subPath never leaves its volume', () => {
     // Expanded to nothing: the whole volume, as the kubelet.
     const [whole] = await mountsOf({ name: 'v', mountPath: '/all', subPathExpr: '$(EMPTY)' }, new Map([['EMPTY', '']]));
     expect(whole!.hostPath).toBe(volume);
+    // The expansion stops at PATH_MAX: a doubling reference is refused, naming the mount, and nothing is bound.
+    const binds = mounter.binds.size;
+    const wide = new Map([['W', 'd/'.repeat(1500)]]);
+    expect((await rejection(mountsOf({ name: 'v', mountPath: '/w', subPathExpr: '$(W)$(W)' }, wide))).message).toBe('volumeMount "v" of container app: subPathExpr would expand past 4096 bytes (PATH_MAX)');
+    expect(mounter.binds.size).toBe(binds);
   });
 
   it('removePodDir never removes through a mount: a mount it did not make stops it, and the files stay', async () => {
