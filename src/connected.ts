@@ -13,6 +13,7 @@ import type { Clock } from './clock.js';
 import type { KubeletConfiguration } from './config/types.js';
 import { parseDuration } from './config/duration.js';
 import { errorMessage } from './errors.js';
+import { clientGoLimit } from './controlplane/rate-limit.js';
 import { ApiEventRecorder, noEvents, nodeRef, type EventApi, type EventSink } from './events.js';
 import type { Logger } from './log.js';
 import type { Service } from './loop.js';
@@ -120,8 +121,10 @@ export interface ConnectedOptions {
 export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeMode {
   const { identity, config: cfg, clock, logger: log } = o;
   // 12 attempts (backoff to 5 s: about 40 s), as client-go's 12 tries per event: events of a
-  // short control-plane outage are sent when it answers again, not dropped.
-  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, attempts: 12, logger: log.child({ component: 'events' }) });
+  // short control-plane outage are sent when it answers again, not dropped. The kubelet's
+  // event client has its own rate limit, eventRecordQPS/eventBurst.
+  const limit = clientGoLimit(cfg.eventRecordQPS, cfg.eventBurst, clock);
+  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, attempts: 12, limit, logger: log.child({ component: 'events' }) });
   // Each static pod gets a mirror pod in the API.
   const mirrors = new MirrorPods({ api: cp.mirrorPods, nodeName: identity.nodeName, clock, logger: log.child({ component: 'mirror-pods' }) });
   return {

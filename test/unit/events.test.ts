@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { NodeletError } from '../../src/errors.js';
+import { TokenBucket } from '../../src/controlplane/rate-limit.js';
+import { decodeStatus } from '../../src/controlplane/errors.js';
 import { ApiEventRecorder, podRef } from '../../src/events.js';
 import { silentLogger } from '../../src/log.js';
 import { MemEventApi } from '../fakes/events.js';
@@ -74,8 +76,59 @@ describe('ApiEventRecorder', () => {
     const flushed = rec.flushed();
     await clock.advance(10_000);
     await flushed;
-    // first: fails once, then sent; second: fails three times, dropped; third: sent.
-    expect(api.created.map((e) => e.reason)).toEqual(['A', 'C']);
+    // first: fails once, then sent after its backoff; second: fails three times, dropped;
+    // third: sent while the first waits for its retry.
+    expect(api.created.map((e) => e.reason)).toEqual(['C', 'A']);
+  });
+
+  it('an event the server refuses is dropped at once, and the next events go without waiting', async () => {
+    const { api, rec, clock } = setup();
+    const create = api.create.bind(api);
+    let calls = 0;
+    api.create = async (e) => {
+      calls++;
+      if (e.reason === 'Gone') throw decodeStatus(404, { kind: 'Status', reason: 'NotFound', message: 'namespaces "old" not found' }, { method: 'POST', path: '/api/v1/namespaces/old/events' });
+      await create(e);
+    };
+    rec.emit({ ...podRef(pod), namespace: 'old' }, 'Normal', 'Gone', 'its namespace was deleted');
+    for (const r of ['Pulled', 'Created', 'Started']) rec.emit(podRef(pod, { name: 'app' }), 'Normal', r, r);
+    await rec.flushed(); // no clock advance: nothing waits for a backoff
+    expect(api.created.map((e) => e.reason)).toEqual(['Pulled', 'Created', 'Started']);
+    expect(calls).toBe(4); // the refused one was tried once
+    expect(clock.now()).toBe(Date.parse('2026-11-23T05:00:00Z'));
+  });
+
+  it('a 429 or 5xx with Retry-After is transient: retried after it, the others first', async () => {
+    const { api, rec, clock } = setup();
+    const create = api.create.bind(api);
+    let busy = 1;
+    api.create = async (e) => {
+      if (e.reason === 'A' && busy-- > 0) throw decodeStatus(429, { kind: 'Status', reason: 'TooManyRequests', message: 'slow down' }, { method: 'POST', path: '/api/v1/namespaces/kube-system/events', retryAfter: '3' });
+      await create(e);
+    };
+    rec.emit(podRef(pod), 'Normal', 'A', 'first');
+    rec.emit(podRef(pod), 'Normal', 'B', 'second');
+    const flushed = rec.flushed();
+    await clock.advance(2_900);
+    expect(api.created.map((e) => e.reason)).toEqual(['B']);
+    await clock.advance(200);
+    await flushed;
+    expect(api.created.map((e) => e.reason)).toEqual(['B', 'A']);
+  });
+
+  it('sends at most as fast as its rate limit (eventRecordQPS, eventBurst)', async () => {
+    const clock = new ManualClock(Date.parse('2026-11-23T05:00:00Z'));
+    const api = new MemEventApi();
+    const rec = new ApiEventRecorder({ api, host: 'n1', logger: silentLogger(), clock, limit: new TokenBucket(2, 3, clock) });
+    for (let i = 0; i < 9; i++) rec.emit(podRef(pod), 'Normal', `R${i}`, `event ${i}`);
+    const flushed = rec.flushed();
+    await clock.advance(0);
+    expect(api.created).toHaveLength(3); // the burst
+    await clock.advance(1_000);
+    expect(api.created).toHaveLength(5); // two a second
+    await clock.advance(2_000);
+    await flushed;
+    expect(api.created.map((e) => e.reason)).toEqual(['R0', 'R1', 'R2', 'R3', 'R4', 'R5', 'R6', 'R7', 'R8']);
   });
 
   it('an event emitted just as a flush ends is sent (at whatever microtask it comes)', async () => {
