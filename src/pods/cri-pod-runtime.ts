@@ -210,6 +210,10 @@ export class CriPodRuntime implements PodRuntime {
     }) as unknown as PodSandboxConfig;
   }
 
+  sandboxIPs(id: string): Promise<string[]> {
+    return this.#podIPs(id);
+  }
+
   /** The sandbox's IPs (network.ip, then additional_ips); [] for a hostNetwork or gone sandbox. */
   async #podIPs(sandboxId: string): Promise<string[]> {
     const known = this.#sandboxIPs.get(sandboxId);

@@ -20,7 +20,7 @@ import { podKey } from './lookup.js';
 import { computePodActions, type BackoffPolicy, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
 import { ProbeManager } from './probes.js';
-import { computePodStatus, sameJson } from './status.js';
+import { computePodStatus, statusPodIP, sameJson } from './status.js';
 import { addProbeKills, collectGarbage, ensureSandbox, holdFinished, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
 import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from '../metrics/pod-hooks.js';
@@ -443,7 +443,7 @@ export class PodManager {
   /** One sync of a wanted pod: the plan, then its steps in order, then the status. */
   /** `listed`: the relist's observation of the pod, when newer than this worker's last sync. */
   async #sync(w: PodWorker, listed?: ObservedPod): Promise<void> {
-    const ctx = this.#stepContext(w.pod, w);
+    let ctx = this.#stepContext(w.pod, w);
     const uid = w.pod.metadata!.uid!;
     const syncStarted = ctx.clock.now();
     const operation = w.status ? 'sync' : 'create';
@@ -452,6 +452,9 @@ export class PodManager {
     w.wakeAt = Infinity;
     try {
       const observed = listed ?? (await ctx.runtime.observePod(uid));
+      // preStop hooks of this sync reach the pod at its sandbox's IP, also when no status has it yet (adopted after a restart).
+      const podIP = w.pod.spec?.hostNetwork ? undefined : observed.sandboxes.find((s) => s.ready)?.ips?.[0];
+      if (podIP) ctx = { ...ctx, hookHost: podIP };
       const now = ctx.clock.now();
       // A pod adopted already running (nodelet restarted) is not a pod start.
       if (operation === 'create' && observed.containers.some((c) => c.state === 'running')) {
@@ -495,7 +498,12 @@ export class PodManager {
     const observed = current ?? (await ctx.runtime.observePod(pod.metadata!.uid!));
     w.observed = observed;
     const running = observed.containers.filter((c) => c.state === 'running' && c.podSandboxId === sandboxId);
-    this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), w.status?.podIP ?? this.#o.hostIP ?? '127.0.0.1');
+    // Probes connect to the pod's IP as this status gives it (its sandbox's, or the node's on
+    // the host network): the previous status has none on a pod's first sync, and the node's
+    // IP is the wrong host for a pod with its own network. Told before the status is
+    // computed, which asks the probes for readiness.
+    const ip = statusPodIP(pod, observed, this.#o.hostIP, w.status);
+    this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), ip ?? this.#o.hostIP ?? '127.0.0.1');
     const status = computePodStatus({
       probes: this.#probes,
       pod,

@@ -175,6 +175,8 @@ export class ProbeManager {
         const w = this.#workers.get(key);
         if (w) {
           w.pod = pod;
+          // The pod's IP can come after the worker (a status without it yet): probes follow it.
+          if (w.target.host !== host) w.target = { ...w.target, host };
           continue;
         }
         this.#workers.set(key, {

@@ -30,6 +30,8 @@ export interface PodRuntime {
   adopted?(pod: Pod, observed: ObservedPod): Promise<void>;
   /** Creates and starts a sandbox; returns its ID. */
   runSandbox(pod: Pod, attempt: number): Promise<string>;
+  /** A ready sandbox's own IPs ([] on the host network or when gone): where hooks and probes connect. Optional. */
+  sandboxIPs?(id: string): Promise<string[]>;
   stopSandbox(id: string): Promise<void>;
   removeSandbox(id: string): Promise<void>;
   /**

@@ -130,7 +130,12 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
  * previous status once the sandbox is gone (the kubelet keeps them too: a finished pod
  * still shows the IP it had).
  */
-function podIPs(pod: Pod, sandboxIPs: string[] | undefined, inp: StatusInputs): Pick<PodStatus, 'podIP' | 'podIPs'> {
+/** The `status.podIP` computePodStatus gives for this observation (probes and hooks connect there). */
+export function statusPodIP(pod: Pod, observed: ObservedPod, hostIP: string | undefined, previous: PodStatus | undefined): string | undefined {
+  return podIPs(pod, latestSandbox(observed)?.ips, { hostIP, previous }).podIP;
+}
+
+function podIPs(pod: Pod, sandboxIPs: string[] | undefined, inp: Pick<StatusInputs, 'hostIP' | 'previous'>): Pick<PodStatus, 'podIP' | 'podIPs'> {
   if (pod.spec?.hostNetwork) return inp.hostIP ? { podIP: inp.hostIP, podIPs: [{ ip: inp.hostIP }] } : {};
   if (sandboxIPs?.length) return { podIP: sandboxIPs[0]!, podIPs: sandboxIPs.map((ip) => ({ ip })) };
   const prev = inp.previous;

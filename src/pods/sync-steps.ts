@@ -39,6 +39,8 @@ export interface StepContext {
 export interface SandboxInfo {
   id: string | undefined;
   attempt: number;
+  /** The sandbox's own IPs (a pod with its own network): where postStart's httpGet/tcpSocket connect. */
+  ips?: string[];
 }
 
 export function containerOf(pod: Pod, name: string): { name: string; init: boolean } {
@@ -126,14 +128,15 @@ export async function killPod(ctx: StepContext, pod: Pod, observed: ObservedPod,
  */
 export async function ensureSandbox(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod, now: number): Promise<SandboxInfo> {
   const ready = observed.sandboxes.find((s) => s.ready);
-  if (!plan.createSandbox) return { id: ready?.id, attempt: ready?.attempt ?? 0 };
+  if (!plan.createSandbox) return { id: ready?.id, attempt: ready?.attempt ?? 0, ...(ready?.ips ? { ips: ready.ips } : {}) };
   const prev = w.sandboxBackoff;
   if (prev && now < prev.until) throw new NodeletError('UNAVAILABLE', prev.message, { reason: prev.reason, quiet: true });
   ctx.log.info({ attempt: plan.createSandbox.attempt }, 'creating pod sandbox');
   try {
     const id = await ctx.runtime.runSandbox(w.pod, plan.createSandbox.attempt);
     w.sandboxBackoff = undefined;
-    return { id, attempt: plan.createSandbox.attempt };
+    const ips = w.pod.spec?.hostNetwork ? [] : ((await ctx.runtime.sandboxIPs?.(id).catch(() => [])) ?? []);
+    return { id, attempt: plan.createSandbox.attempt, ...(ips.length ? { ips } : {}) };
   } catch (err) {
     w.sandboxBackoff = nextBackoff(prev, 'CreatePodSandboxError', errorMessage(err), now);
     ctx.events.emit(podRef(w.pod), 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${errorMessage(err)}`);
@@ -171,7 +174,9 @@ async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartCon
   ctx.events.emit(ref, 'Normal', 'Started', `Started container ${s.name}`);
   const postStart: LifecycleHandler | undefined = spec.lifecycle?.postStart;
   if (!postStart) return;
-  const out = await runLifecycleHandler(postStart, { containerId: id, container: spec, host: ctx.hookHost }, exec(ctx.runtime), POST_START_TIMEOUT_S, ctx.clock);
+  // A pod with its own network is reached at its sandbox's IP (the one just made, on a first start), never the node's.
+  const host = (!pod.spec?.hostNetwork && sandbox.ips?.[0]) || ctx.hookHost;
+  const out = await runLifecycleHandler(postStart, { containerId: id, container: spec, host }, exec(ctx.runtime), POST_START_TIMEOUT_S, ctx.clock);
   if (out.ok) return;
   // As the kubelet: the container is killed and restarts per restartPolicy.
   ctx.events.emit(ref, 'Warning', 'FailedPostStartHook', out.output);

@@ -19,6 +19,8 @@ export class MemRuntime implements PodRuntime {
   sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string; node?: string }>();
   /** As the adapter's nodeName: sandboxes it runs are marked with it, and pods marked with another name are `foreign`. */
   nodeName: string | undefined;
+  /** The IP a pod with its own network gets in its sandbox (none unless set). */
+  podIP: string | undefined;
   containers = new Map<string, ObservedContainer & { uid: string; grace: number }>();
   calls: string[] = [];
   failStart = new Map<string, NodeletError>();
@@ -36,7 +38,7 @@ export class MemRuntime implements PodRuntime {
       name: sbs[0]?.name ?? '',
       // As the CRI adapter: a pod the runtime knows nothing of is in `default`.
       namespace: sbs[0]?.namespace ?? 'default',
-      sandboxes: sbs.map(({ id, attempt, ready, createdAt }) => ({ id, attempt, ready, createdAt })),
+      sandboxes: sbs.map(({ id, attempt, ready, createdAt, ips }) => ({ id, attempt, ready, createdAt, ...(ready && ips ? { ips } : {}) })),
       containers: cs.map(({ uid: _u, grace: _g, ...c }) => c),
       // The containers carry the pod's grace period (the adapter's terminationGracePeriod annotation).
       ...(cs.length ? { gracePeriodSeconds: cs[0]!.grace } : {}),
@@ -54,8 +56,13 @@ export class MemRuntime implements PodRuntime {
     this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
     if (this.failSandbox) throw this.failSandbox;
     this.leftovers.add(pod.metadata!.uid!);
-    this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace!, ...(this.nodeName ? { node: this.nodeName } : {}) });
+    const ips = this.podIP && !pod.spec?.hostNetwork ? [this.podIP] : undefined;
+    this.sandboxes.set(id, { id, attempt, ready: true, createdAt: this.clock.now(), uid: pod.metadata!.uid!, name: pod.metadata!.name!, namespace: pod.metadata!.namespace!, ...(this.nodeName ? { node: this.nodeName } : {}), ...(ips ? { ips } : {}) });
     return id;
+  }
+  async sandboxIPs(id: string) {
+    const s = this.sandboxes.get(id);
+    return s?.ready ? (s.ips ?? []) : [];
   }
   /** When set, StopPodSandbox fails with it (a runtime that cannot stop a sandbox). */
   failStopSandbox: NodeletError | undefined;

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../../src/errors.js';
@@ -207,6 +208,40 @@ describe('PodManager', () => {
     m.setDesired([mkPod('u2')]);
     await m.syncOnce();
     expect(events.at(-1)).toBe('Warning Failed web-u2 spec.containers{app}: Error: CreateContainerError: no such file');
+  });
+
+  it("tcpSocket probes and postStart hooks of a pod with its own network reach its sandbox's IP from the first sync, never the node's", async () => {
+    // The pod's IP: a listener on 127.0.0.2; the node's IP (127.0.0.1) has nothing on that port.
+    const server = net.createServer((s) => s.end());
+    await new Promise<void>((r) => server.listen(0, '127.0.0.2', r));
+    const port = (server.address() as net.AddressInfo).port;
+    try {
+      const clock = new ManualClock();
+      const rt = new MemRuntime(clock);
+      rt.podIP = '127.0.0.2';
+      const events: string[] = [];
+      const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, hostIP: '127.0.0.1', events: { emit: (_r, type, reason, message) => void events.push(`${type} ${reason}: ${message}`) } });
+      m.setSourcesReady();
+      const pod: Pod = {
+        ...mkPod('u1'),
+        spec: {
+          ...mkPod('u1').spec!,
+          hostNetwork: false,
+          containers: [{ name: 'app', image: 'busybox', lifecycle: { postStart: { tcpSocket: { port } } }, livenessProbe: { tcpSocket: { port }, periodSeconds: 1, failureThreshold: 1 } }],
+        },
+      };
+      m.setDesired([pod]);
+      await m.syncOnce();
+      for (let i = 0; i < 3; i++) {
+        clock.t += 1000;
+        await m.probes.tick();
+      }
+      await m.syncOnce();
+      expect(events.filter((e) => e.startsWith('Warning'))).toEqual([]);
+      expect(m.listPods()[0]!.status).toMatchObject({ podIP: '127.0.0.2', containerStatuses: [{ restartCount: 0, state: { running: {} } }] });
+    } finally {
+      server.close();
+    }
   });
 
   it('probes: a failing readiness probe keeps the pod not Ready; a failing liveness probe kills the container and restartPolicy restarts it', async () => {
