@@ -21,7 +21,7 @@ import { computePodActions, type BackoffPolicy, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
 import { ProbeManager } from './probes.js';
 import { computePodStatus, statusPodIP, sameJson } from './status.js';
-import { addProbeKills, collectGarbage, ensureSandbox, holdFinished, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
+import { addProbeKills, collectGarbage, ensureSandbox, activeDeadlineAt, DEADLINE_EXCEEDED, holdFinished, holdPastDeadline, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
 import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from '../metrics/pod-hooks.js';
 
@@ -463,6 +463,7 @@ export class PodManager {
       }
       const plan = computePodActions(w.pod, observed, now, this.#o.crashLoopBackOff);
       holdFinished(plan, w.pod, observed);
+      holdPastDeadline(ctx, w, plan, observed, now);
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);
       addProbeKills(plan, observed, (id) => this.#probes.mustRestart(id));
@@ -477,6 +478,9 @@ export class PodManager {
       // A sync that acted looks again at the next relist (what it started may change at once).
       if (!idle) w.needsSync = true;
       w.wakeAt = wakeAt(w, plan.resyncAt, ctx.clock.now());
+      // The deadline, counted from the start time the status now holds, wakes the worker too.
+      const deadline = w.deadlineExceeded ? undefined : activeDeadlineAt(w.pod, w.status?.startTime, ctx.clock.now());
+      if (deadline !== undefined) w.wakeAt = Math.min(w.wakeAt, deadline);
     } catch (err) {
       const msg = errorMessage(err);
       const quiet = err instanceof NodeletError && err.details.quiet === true;
@@ -504,7 +508,7 @@ export class PodManager {
     // computed, which asks the probes for readiness.
     const ip = statusPodIP(pod, observed, this.#o.hostIP, w.status);
     this.#probes.update(pod, running.map((c) => ({ id: c.id, name: c.name, startedAt: c.startedAt ?? c.createdAt })), ip ?? this.#o.hostIP ?? '127.0.0.1');
-    const status = computePodStatus({
+    let status = computePodStatus({
       probes: this.#probes,
       pod,
       observed,
@@ -514,6 +518,7 @@ export class PodManager {
       previous: w.status,
       now: ctx.clock.now(),
     });
+    if (w.deadlineExceeded) status = { ...status, phase: 'Failed', ...DEADLINE_EXCEEDED };
     if (w.status?.phase !== status.phase) ctx.log.info({ phase: status.phase }, `pod is ${status.phase}`);
     const seen = this.#firstSeen.get(pod.metadata!.uid!);
     if (seen !== undefined && status.phase === 'Running') {

@@ -76,6 +76,36 @@ export function holdFinished(plan: PodActions, pod: Pod, observed: ObservedPod):
   plan.killPod = observed.containers.some((c) => c.state === 'running') || observed.sandboxes.some((sb) => sb.ready);
 }
 
+/** The kubelet's activeDeadlineSeconds verdict (its active deadline handler's reason and message). */
+export const DEADLINE_EXCEEDED = { reason: 'DeadlineExceeded', message: 'Pod was active on the node longer than the specified deadline' } as const;
+
+/** When the pod's activeDeadlineSeconds runs out (ms since the epoch), counted from its status's startTime; undefined without a deadline. */
+export function activeDeadlineAt(pod: Pod, startTime: string | undefined, now: number): number | undefined {
+  const s = pod.spec?.activeDeadlineSeconds;
+  if (typeof s !== 'number' || !(s > 0)) return undefined;
+  const started = startTime ? Date.parse(startTime) : now;
+  return (Number.isNaN(started) ? now : started) + s * 1000;
+}
+
+/**
+ * A pod past its activeDeadlineSeconds, as the kubelet's active deadline handler: it is
+ * Failed for good; what runs is stopped (within its grace period), nothing starts again.
+ * The verdict is taken once (an event, a log line) and kept by the worker.
+ */
+export function holdPastDeadline(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod, now: number): void {
+  if (!w.deadlineExceeded) {
+    const at = activeDeadlineAt(w.pod, w.status?.startTime, now);
+    if (at === undefined || now < at) return;
+    w.deadlineExceeded = true;
+    ctx.log.info({ activeDeadlineSeconds: w.pod.spec?.activeDeadlineSeconds }, `${DEADLINE_EXCEEDED.message}: stopping it`);
+    ctx.events.emit(podRef(w.pod), 'Normal', DEADLINE_EXCEEDED.reason, DEADLINE_EXCEEDED.message);
+  }
+  plan.createSandbox = undefined;
+  plan.start = [];
+  plan.waiting = {};
+  plan.killPod = observed.containers.some((c) => c.state === 'running') || observed.sandboxes.some((sb) => sb.ready);
+}
+
 /** A failed liveness or startup probe: the container joins the plan's kills; restartPolicy decides the rest. */
 export function addProbeKills(plan: PodActions, observed: ObservedPod, mustRestart: (containerId: string) => string | undefined): void {
   if (plan.killPod) return;

@@ -51,6 +51,8 @@ export class PodWorker {
   readonly startBackoff = new Map<string, Backoff>();
   /** The last sandbox creation failure, kept until its backoff ends. */
   sandboxBackoff: Backoff | undefined;
+  /** The pod ran past its activeDeadlineSeconds: it is Failed for good (DeadlineExceeded). */
+  deadlineExceeded = false;
   /** Per container: the restart count whose back-off was last reported as an event. */
   readonly backoffReported = new Map<string, number>();
   /**

@@ -244,6 +244,31 @@ describe('PodManager', () => {
     }
   });
 
+  it('activeDeadlineSeconds: at the deadline the pod is stopped and Failed/DeadlineExceeded for good; an update of it counts', async () => {
+    const { clock, rt, events, m } = withEvents();
+    const pod: Pod = { ...mkPod('u1'), spec: { ...mkPod('u1').spec!, activeDeadlineSeconds: 5 } };
+    m.setDesired([pod]);
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+    // Raised to 8 s before it ran out: 5 s is not the end any more.
+    m.setDesired([{ ...pod, spec: { ...pod.spec!, activeDeadlineSeconds: 8 } }]);
+    clock.t += 5_000;
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+    clock.t += 3_000;
+    await m.syncOnce();
+    expect(m.listPods()[0]!.status).toMatchObject({ phase: 'Failed', reason: 'DeadlineExceeded', message: 'Pod was active on the node longer than the specified deadline' });
+    expect(events).toContain('Normal DeadlineExceeded: Pod was active on the node longer than the specified deadline');
+    expect([...rt.containers.values()].filter((c) => c.state === 'running')).toEqual([]);
+    // Nothing starts again, whatever the restartPolicy (Always here).
+    for (let i = 0; i < 3; i++) {
+      clock.t += 20_000;
+      await m.syncOnce();
+    }
+    expect(rt.calls.filter((c) => c.startsWith('startContainer'))).toHaveLength(1);
+    expect(m.listPods()[0]!.status!.phase).toBe('Failed');
+  });
+
   it('probes: a failing readiness probe keeps the pod not Ready; a failing liveness probe kills the container and restartPolicy restarts it', async () => {
     const { clock, rt, events, m } = withEvents();
     const pod: Pod = {
