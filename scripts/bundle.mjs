@@ -13,7 +13,7 @@
 //   dist/nodelet/ as from dist/src/runtime/; the YAML parse worker is a second entry point,
 //   dist/nodelet/parse-worker.js, next to the chunk that holds bounded-parse.ts, which
 //   opens `./parse-worker.js` relative to itself.
-// - The bundled CommonJS packages (grpc-js, pino, commander, ...) call require() for Node's
+// - The bundled CommonJS packages (pino, commander, ...) call require() for Node's
 //   built-ins: the banner gives the ES module a require of its own.
 import fs from 'node:fs';
 import path from 'node:path';

@@ -28,7 +28,7 @@ import { PodStatusWriter, type PodStatusApi } from './pods/status-writer.js';
 import type { PodStatus } from 'kubernetes-types/core/v1.js';
 import type { RuntimeState } from './runtime/health.js';
 import type { ReviewClient } from './server/auth.js';
-import { VERSION } from './version.js';
+import { KUBELET_VERSION, VERSION } from './version.js';
 
 export interface ControlPlanePorts {
   /** The API server URL, for logs. */
@@ -98,7 +98,18 @@ export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOp
   // 1 s deadline aborted renewals the server was about to accept, each abort costing a
   // conflict and a re-read (seen in the load test, 1 s status frequency, 4 s lease).
   const leaseTimeoutMs = Math.max(2000, Math.min(parseDuration(o.config.nodeStatusUpdateFrequency), o.config.nodeLeaseDurationSeconds * 1000));
-  return connectedMode(await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, { leaseTimeoutMs }), o);
+  // client-go's token buckets, as the kubelet gives its clients: kubeAPIQPS/kubeAPIBurst for
+  // the main client, eventRecordQPS/eventBurst for the events' own; the heartbeat (Lease,
+  // Node status) has none. QPS 0 means client-go's default (5), a negative QPS no limit.
+  const { clientGoLimit } = await import('./controlplane/rate-limit.js');
+  return connectedMode(
+    await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, {
+      leaseTimeoutMs,
+      apiLimiter: clientGoLimit(o.config.kubeAPIQPS, o.config.kubeAPIBurst, o.clock),
+      eventLimiter: clientGoLimit(o.config.eventRecordQPS, o.config.eventBurst, o.clock),
+    }),
+    o,
+  );
 }
 
 /** Standalone: no control plane is contacted, nothing of connected mode is built. */
@@ -163,7 +174,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
           maxPods: cfg.maxPods,
           evictionHardMemoryBytes: pressure.memoryThresholdBytes(machine.memoryBytes),
           kubeletPort: cfg.port,
-          kubeletVersion: `v1.32.0-nodelet.${VERSION}`,
+          kubeletVersion: `${KUBELET_VERSION}-nodelet.${VERSION}`,
           runtime: ctx.runtimeState(),
           pressure: await pressure.decide(),
         }),

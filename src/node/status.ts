@@ -38,7 +38,7 @@ export interface NodeFacts {
   /** evictionHard memory.available in bytes: subtracted from allocatable memory. */
   evictionHardMemoryBytes: number;
   kubeletPort: number;
-  /** e.g. `v1.32.0-nodelet.0.1.0`: what `kubectl get nodes` shows as VERSION. */
+  /** e.g. `v1.35.0-nodelet.0.1.0` (version.ts): what `kubectl get nodes` shows as VERSION. */
   kubeletVersion: string;
   runtime: ReadinessState;
   /** Per pressure condition: true under pressure, false not, absent when undecided this turn. */

@@ -12,7 +12,7 @@
  *
  * This module is the codec only (per method: path, request encoder, response decoder), for
  * the daemon's CRI client over node:http2 (grpc-unary.ts): it never loads @grpc/grpc-js.
- * The grpc-js service definitions the test CRI server needs are in proto-grpc.ts.
+ * The grpc-js service definitions the test CRI server needs are in test/cri/proto-grpc.ts.
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';

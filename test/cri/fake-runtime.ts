@@ -35,7 +35,7 @@ import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import tar from 'tar-stream';
-import { loadCriPackage } from '../../src/runtime/proto-grpc.js';
+import { loadCriPackage } from './proto-grpc.js';
 import type {
   ContainerConfig,
   ContainerState,

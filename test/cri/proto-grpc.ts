@@ -1,11 +1,11 @@
 /**
  * The runtime.v1 services as @grpc/grpc-js definitions (what proto-loader makes, without
- * the reflection descriptors), for the test CRI server (test/cri/fake-runtime.ts) and
+ * the reflection descriptors), for the test CRI server (fake-runtime.ts beside it) and
  * tests that call it with grpc-js. The daemon never imports this module: its CRI client
  * speaks gRPC over node:http2 (grpc-unary.ts) with the codec in proto.ts.
  */
 import * as grpc from '@grpc/grpc-js';
-import { deserializer, loadCriCodec, serializer } from './proto.js';
+import { deserializer, loadCriCodec, serializer } from '../../src/runtime/proto.js';
 
 export interface CriPackage {
   RuntimeService: grpc.ServiceClientConstructor;
