@@ -60,7 +60,8 @@ export const CLIENT_GO_DEFAULT_QPS = 5;
 export const CLIENT_GO_DEFAULT_BURST = 10;
 
 /** The limiter a kubelet's client gets from a QPS and burst setting (`kubeAPIQPS`, `eventRecordQPS`, ...). */
-export function clientGoLimit(qps: number, burst: number, clock: Clock): RateLimiter {
-  if (qps < 0) return noLimit;
-  return new TokenBucket(qps === 0 ? CLIENT_GO_DEFAULT_QPS : qps, burst === 0 ? CLIENT_GO_DEFAULT_BURST : burst, clock);
+export function clientGoLimit(qps: number | undefined, burst: number | undefined, clock: Clock): RateLimiter {
+  // Unset is 0, as in a rest.Config.
+  if ((qps ?? 0) < 0) return noLimit;
+  return new TokenBucket(qps || CLIENT_GO_DEFAULT_QPS, burst || CLIENT_GO_DEFAULT_BURST, clock);
 }
