@@ -6,9 +6,10 @@
  * Query parameters, as the kubelet's: `previous` (the instance before the current one),
  * `timestamps` (each line prefixed with its RFC 3339 time), `tailLines`, `limitBytes`,
  * `sinceSeconds` or `sinceTime` (not both), `follow` (keeps streaming what the container
- * writes until it stops or the client goes). Partial (`P`) lines are joined with the next
- * until an `F`. A bad parameter is a 400 naming it; an unknown pod or container a 404; a
- * container that has no log yet (waiting), or no previous instance, a 400 saying so.
+ * writes until it stops or the client goes, across log rotations: see streamLogs). Partial
+ * (`P`) lines are joined with the next until an `F`. A bad parameter is a 400 naming it; an
+ * unknown pod or container a 404; a container that has no log yet (waiting), or no previous
+ * instance, a 400 saying so.
  *
  * Log files can be huge and are written by whatever runs in the container: they are read
  * as streams, LOG_CHUNK bytes at a time (backwards for `tailLines`), never whole, with no
@@ -16,6 +17,7 @@
  */
 import fsp from 'node:fs/promises';
 import path from 'node:path';
+import { createGunzip } from 'node:zlib';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { isNodeletError, NodeletError } from '../errors.js';
@@ -359,22 +361,29 @@ class LineWriter {
     this.#budget = o.limitBytes ?? Infinity;
   }
 
-  /** Writes the pieces; false once limitBytes is spent (the answer is complete). */
+  /**
+   * Writes the pieces, as one write (what one chunk read makes: a few hundred lines of a
+   * 64 KiB chunk are one write, not three each); false once limitBytes is spent (the answer
+   * is complete).
+   */
   async pieces(pieces: readonly LogPiece[]): Promise<boolean> {
+    const parts: Buffer[] = [];
+    let more = true;
     for (const p of pieces) {
       if (p.first) this.#skipping = this.o.since !== undefined && p.lineMs < this.o.since;
       if (this.#skipping) continue;
-      if (p.first && this.o.timestamps && !(await this.#out(Buffer.from(`${p.lineTs} `)))) return false;
-      if (p.text.length > 0 && !(await this.#out(p.text))) return false;
-      if (p.end && !(await this.#out(NEWLINE))) return false;
+      if (p.first && this.o.timestamps && !(more = this.#take(parts, Buffer.from(`${p.lineTs} `)))) break;
+      if (p.text.length > 0 && !(more = this.#take(parts, p.text))) break;
+      if (p.end && !(more = this.#take(parts, NEWLINE))) break;
     }
-    return true;
+    if (parts.length > 0) await this.write(parts.length === 1 ? parts[0]! : Buffer.concat(parts));
+    return more;
   }
 
-  async #out(b: Buffer): Promise<boolean> {
+  #take(parts: Buffer[], b: Buffer): boolean {
     const part = b.length > this.#budget ? b.subarray(0, this.#budget) : b;
     this.#budget -= part.length;
-    if (part.length > 0) await this.write(part);
+    if (part.length > 0) parts.push(part);
     return this.#budget > 0;
   }
 }
@@ -396,63 +405,126 @@ async function readForward(fh: fsp.FileHandle, from: number, to: number, dec: Cr
 }
 
 /**
- * The file the runtime writes now, when it is no longer the one `cur` reads: the live log
- * was rotated (renamed `<file>.<time>`, and a new file made at the path by CRI
- * ReopenContainerLog). It is switched to only once the runtime has written to it (or the
- * container stopped) and it was seen so at the previous poll too (`seen`): until then the
- * runtime's old writer may still flush its last line into the old file. Only a regular
- * file is opened, without following a link. Returns undefined to stay on `cur`.
+ * Polls at which a follower must have seen the new live file, its own (rotated) file not
+ * growing in between, before it leaves its file for the next one: two, so one poll
+ * interval (0.25 to 0.5 s after the rotation at the default 250 ms). Meanwhile the
+ * runtime's old writer may still flush a last line into the old file: CRI
+ * ReopenContainerLog creates the new file, swaps the writers, then closes the old one. No
+ * write to the new file is waited for.
  */
-async function rotatedLog(file: string, cur: fsp.FileHandle, done: boolean, seen: { ino?: number }): Promise<fsp.FileHandle | undefined> {
-  let st: Awaited<ReturnType<typeof fsp.lstat>>;
-  try {
-    st = await fsp.lstat(file);
-  } catch {
-    seen.ino = undefined;
-    return undefined; // renamed, not reopened yet
-  }
-  const mine = await cur.stat();
-  if ((st.ino === mine.ino && st.dev === mine.dev) || !st.isFile() || (st.size === 0 && !done)) {
-    seen.ino = undefined;
-    return undefined;
-  }
-  if (seen.ino !== st.ino && !done) {
-    seen.ino = st.ino;
-    return undefined;
-  }
-  seen.ino = undefined;
-  let next: fsp.FileHandle;
-  try {
-    next = (await openRegularFile(file, { what: 'log file', noFollow: true })).handle;
-  } catch {
-    return undefined;
-  }
-  if ((await next.stat()).ino !== st.ino) {
-    await next.close();
-    return undefined;
-  }
-  return next;
+export const ROTATION_GRACE_POLLS = 2;
+/** Bytes of a follower's file compared with the start of a `.gz` to tell whether it is its compressed copy. */
+const GZ_PROBE = 4096;
+/** `<YYYYMMDD-HHMMSS>` (log-rotation.ts's rotationTimestamp), then `.gz` when compressed. */
+const ROTATED_SUFFIX = /^(\d{8}-\d{6})(\.gz)?$/;
+const COMPRESSED = '.gz';
+
+/** One rotated file of a log (`<live>.<stamp>`), as the directory holds it: plain, gzipped, or both (mid-compression). */
+interface RotatedLog {
+  stamp: string;
+  plain?: string;
+  gz?: string;
 }
 
-/**
- * Rotated files written after `cur`'s and before the live one, oldest first: what a
- * follower that fell a rotation or more behind (a slow client) must read before the live
- * file. Plain rotated files only (`<file>.<time>`): one already compressed is not read.
- */
-async function rotatedBetween(file: string, cur: fsp.FileHandle, next: fsp.FileHandle): Promise<string[]> {
+/** The rotated files of the log `file`, oldest first (by their stamp); `.tmp` and other names are ignored. */
+async function listRotated(file: string): Promise<RotatedLog[]> {
   const dir = path.dirname(file);
   const prefix = `${path.basename(file)}.`;
-  const [mine, live] = await Promise.all([cur.stat(), next.stat()]);
   let names: string[];
   try {
-    names = (await fsp.readdir(dir)).filter((n) => n.startsWith(prefix) && /^\d{8}-\d{6}$/.test(n.slice(prefix.length))).sort();
+    names = await fsp.readdir(dir);
   } catch {
     return [];
   }
-  const out: string[] = [];
+  const byStamp = new Map<string, RotatedLog>();
   for (const n of names) {
-    const st = await fsp.lstat(path.join(dir, n)).catch(() => undefined);
-    if (st?.isFile() && st.ino !== mine.ino && st.ino !== live.ino && st.mtimeMs >= mine.mtimeMs) out.push(path.join(dir, n));
+    const m = n.startsWith(prefix) ? ROTATED_SUFFIX.exec(n.slice(prefix.length)) : null;
+    if (!m) continue;
+    const r = byStamp.get(m[1]!) ?? { stamp: m[1]! };
+    if (m[2]) r.gz = path.join(dir, n);
+    else r.plain = path.join(dir, n);
+    byStamp.set(r.stamp, r);
+  }
+  return [...byStamp.values()].sort((a, b) => (a.stamp < b.stamp ? -1 : a.stamp > b.stamp ? 1 : 0));
+}
+
+/** Opens a log file to read (regular file only, no link followed); undefined when it cannot be. */
+async function openQuietly(file: string): Promise<{ handle: fsp.FileHandle; ino: number } | undefined> {
+  try {
+    const { handle, stats } = await openRegularFile(file, { what: 'log file', noFollow: true });
+    return { handle, ino: stats.ino };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Streams the decompressed bytes of a gzipped log through `each`, LOG_CHUNK at a time, until
+ * it returns false or the file ends. A corrupt or truncated file ends where it breaks.
+ * Memory is the streams' buffers, whatever the file would expand to.
+ */
+async function eachGunzipped(file: string, each: (chunk: Buffer) => Promise<boolean> | boolean): Promise<void> {
+  const f = await openQuietly(file);
+  if (!f) return;
+  const src = f.handle.createReadStream({ highWaterMark: LOG_CHUNK, autoClose: false });
+  const gunzip = createGunzip({ chunkSize: LOG_CHUNK });
+  src.on('error', (err) => gunzip.destroy(err));
+  src.pipe(gunzip);
+  try {
+    for await (const chunk of gunzip as AsyncIterable<Buffer>) if (!(await each(chunk))) return;
+  } catch {
+    // What was read stands.
+  } finally {
+    src.unpipe(gunzip);
+    src.destroy();
+    gunzip.destroy();
+    await f.handle.close().catch(() => {});
+  }
+}
+
+/**
+ * The stamp of the rotated file `cur` is, if any: by inode among the plain files, else (it
+ * was compressed, then removed, while the follower held it: a follower that fell behind)
+ * the `.gz` whose content starts with cur's first bytes (CRI records start with their
+ * nanosecond time, so two files never share them). undefined when it is not there.
+ */
+async function stampOf(list: readonly RotatedLog[], cur: fsp.FileHandle, mine: { ino: number; dev: number; size: number }): Promise<string | undefined> {
+  for (const r of list) {
+    if (!r.plain) continue;
+    const st = await fsp.lstat(r.plain).catch(() => undefined);
+    if (st?.isFile() && st.ino === mine.ino && st.dev === mine.dev) return r.stamp;
+  }
+  if (mine.size === 0) return undefined;
+  const head = Buffer.alloc(Math.min(mine.size, GZ_PROBE));
+  const { bytesRead } = await cur.read(head, 0, head.length, 0);
+  const want = head.subarray(0, bytesRead);
+  for (const r of [...list].reverse()) {
+    if (!r.gz) continue;
+    const got: Buffer[] = [];
+    let n = 0;
+    await eachGunzipped(r.gz, (c) => {
+      got.push(c);
+      n += c.length;
+      return n < want.length;
+    });
+    if (n >= want.length && Buffer.concat(got).subarray(0, want.length).equals(want)) return r.stamp;
+  }
+  return undefined;
+}
+
+/**
+ * The rotated files written after `cur`, oldest first. When cur's place is known (its stamp),
+ * every later one, plain or gzipped; when it is not (cur was removed uncompressed), only the
+ * plain ones last written at or after cur (a compressed file's time is when it was
+ * compressed, which says nothing of its content).
+ */
+async function rotatedAfter(list: readonly RotatedLog[], stamp: string | undefined, mine: { ino: number; mtimeMs: number }): Promise<RotatedLog[]> {
+  if (stamp !== undefined) return list.filter((r) => r.stamp > stamp);
+  const out: RotatedLog[] = [];
+  for (const r of list) {
+    if (!r.plain) continue;
+    const st = await fsp.lstat(r.plain).catch(() => undefined);
+    if (st?.isFile() && st.ino !== mine.ino && st.mtimeMs >= mine.mtimeMs) out.push({ stamp: r.stamp, plain: r.plain });
   }
   return out;
 }
@@ -468,10 +540,18 @@ export interface FollowOptions {
  * Writes the selected lines of the open log to `write` (awaiting it: backpressure); with
  * follow, keeps going until the instance stops or `signal` aborts. Closes `fh`.
  *
- * Following reads by file handle, so a rotation (log-rotation.ts) loses nothing: when a
- * new file appears at the path, the old handle is read to its end, then any file rotated
- * in between (a follower more than one rotation behind), then the new file from its start,
- * as the kubelet's ReadLogs reopens the path on a rename.
+ * Following reads by file handle, so a rotation (log-rotation.ts) loses nothing, and never
+ * stalls: once the file it holds is no longer the one at the path (renamed
+ * `<file>.<stamp>`), the follower reads it to its end, then every rotated file newer than
+ * it, oldest first (a plain one from its start, a `.gz` one decompressed as a stream: a
+ * follower that fell several rotations behind a slow client), then the live file from its
+ * start, closing each file as it moves on. It moves on at once when a newer rotated file
+ * exists (its own file is then finished for sure) or the container stopped; otherwise once
+ * the new live file has been there ROTATION_GRACE_POLLS polls with its own file not
+ * growing: no write to the new file is needed. The kubelet's ReadLogs instead reopens the
+ * path on an fsnotify rename of the file it watches, skipping any file in between; one that
+ * fell behind a rotation before it began watching watches the new file at the path and keeps
+ * reading the old one until that new file is rotated in turn (the stall of issue 26).
  *
  * Memory is bounded by LOG_CHUNK, not by the file: `tailLines` finds where the tail starts
  * reading backwards (tailStart), `since` and `limitBytes` stream forwards and stop as soon
@@ -497,7 +577,10 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
     // Follow: what is appended, until the instance stops (then what is left) or the client goes.
     const pollMs = f.pollMs ?? 250;
     const clock = f.clock ?? realClock;
-    const seen: { ino?: number } = {};
+    /** cur's stamp once it is known to be a rotated file. */
+    let curStamp: string | undefined;
+    /** The new live file seen while cur is rotated: at how many polls in a row, and cur's size then. */
+    let grace: { ino: number; polls: number; curSize: number } | undefined;
     for (;;) {
       const done = !target.running();
       const st = await cur.stat();
@@ -508,27 +591,75 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
       }
       r = await readForward(cur, r.pos, st.size, dec, out, signal);
       if (!r.more) return;
-      const next = await rotatedLog(target.file, cur, done, seen);
-      if (next) {
-        // Rotated: the old file to its end, the ones rotated since, then the new one from its start.
-        const between = await rotatedBetween(target.file, cur, next).catch(() => []);
-        r = await readForward(cur, r.pos, (await cur.stat()).size, dec, out, signal);
-        await cur.close();
-        cur = next;
-        for (const file of between) {
-          if (!r.more) return;
-          const h = await openRegularFile(file, { what: 'log file', noFollow: true }).then((x) => x.handle, () => undefined);
-          if (!h) continue; // compressed or removed meanwhile
-          try {
-            r = await readForward(h, 0, (await h.stat()).size, dec, out, signal);
-          } finally {
-            await h.close();
+
+      // Is cur still the live file? If not, what comes after it, and may it be left now?
+      const live = await fsp.lstat(target.file).catch(() => undefined);
+      const mine = await cur.stat();
+      let moved = false;
+      if (!live || live.ino !== mine.ino || live.dev !== mine.dev) {
+        const list = await listRotated(target.file);
+        curStamp ??= await stampOf(list, cur, mine);
+        const newer = await rotatedAfter(list, curStamp, mine);
+        const liveFile = live?.isFile() ? live : undefined;
+        if (liveFile && newer.length === 0) {
+          grace = grace?.ino === liveFile.ino && grace.curSize === mine.size ? { ...grace, polls: grace.polls + 1 } : { ino: liveFile.ino, polls: 1, curSize: mine.size };
+        } else grace = undefined;
+        if (newer.length > 0 || done || (grace?.polls ?? 0) >= ROTATION_GRACE_POLLS) {
+          // The next file that may still grow: the oldest newer plain one, else the live one.
+          // Opened before cur is left, so a follower never holds nothing.
+          let next: { handle: fsp.FileHandle; stamp?: string } | undefined;
+          let skip = newer.length;
+          let confused = false;
+          for (let i = 0; i < newer.length && !next && !confused; i++) {
+            const p = newer[i]!.plain && (await openQuietly(newer[i]!.plain!));
+            if (p && p.ino === mine.ino) {
+              // cur itself, renamed again since its stamp was taken: never read twice; place it anew next poll.
+              await p.handle.close();
+              [confused, curStamp] = [true, undefined];
+            } else if (p) [next, skip] = [{ handle: p.handle, stamp: newer[i]!.stamp }, i];
+          }
+          if (!next && liveFile && !confused) {
+            const p = await openQuietly(target.file);
+            // Rotated again meanwhile: the file rotated in between would be skipped; look again next poll.
+            if (p && p.ino !== liveFile.ino) await p.handle.close();
+            else if (p) next = { handle: p.handle };
+          }
+          if (confused) await next?.handle.close();
+          else if (next || done) {
+            try {
+              r = await readForward(cur, r.pos, (await cur.stat()).size, dec, out, signal);
+            } catch (err) {
+              await next?.handle.close();
+              throw err;
+            }
+            // Without a next file (the container stopped), cur stays closed: closing again is a no-op.
+            await cur.close();
+            if (next) cur = next.handle;
+            if (!r.more) return;
+            // The compressed files between the two, oldest first; a plain one that could not be
+            // opened was compressed since the listing: its `.gz` (made before the plain one goes).
+            for (const between of newer.slice(0, skip)) {
+              const gz = between.gz ?? `${between.plain}${COMPRESSED}`;
+              let more = true;
+              await eachGunzipped(gz, async (c) => (more = (await out.pieces(dec.push(c))) && !signal.aborted));
+              if (!more) return;
+            }
+            if (!next) {
+              await out.pieces(dec.finish());
+              return;
+            }
+            curStamp = next.stamp;
+            grace = undefined;
+            r = { pos: 0, more: true };
+            moved = true;
           }
         }
-        if (!r.more) return;
-        r = { pos: 0, more: true };
-        continue;
+      } else {
+        // The live file again (a rotation the runtime refused is renamed back): its stamp, if any, is gone.
+        grace = undefined;
+        curStamp = undefined;
       }
+      if (moved) continue;
       if (done) {
         await out.pieces(dec.finish());
         return;

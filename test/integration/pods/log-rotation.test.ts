@@ -12,9 +12,14 @@
  *   records, so each rotated file is under 64Ki plus what the container wrote in that time;
  * - a follower (`/containerLogs/...?follow=true`) from the start sees 1..N, no hole;
  * - `/var/log/containers`-style link (`--container-log-dir`, a temp dir here) exists while
- *   the container lives, points at its live log, and is gone after the pod.
+ *   the container lives, points at its live log, and is gone after the pod;
+ * - a follower whose client stopped reading falls rotations behind (its file rotated,
+ *   gzipped and removed; the next one, ending in `DONE`, rotated too; the live file empty;
+ *   the container writes nothing more): once the client reads again it gets every line up
+ *   to `DONE`, and nodelet then holds no file of that log but the live one (issue 26).
  */
 import fs from 'node:fs';
+import type { IncomingMessage } from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
@@ -162,5 +167,105 @@ describe('container log rotation on containerd', () => {
     fs.rmSync(path.join(node.manifests, 'chatty.json'));
     await eventually(async () => (await runtimePods(node.cri)).length === 0, 60_000);
     await eventually(() => !fs.existsSync(link) && !fs.readdirSync(node.containerLogDir).length, 10_000);
+  }, 180_000);
+  it('a follower rotations behind a stalled client gets every line up to DONE once it reads again, with no further write, and leaves the old files', async () => {
+    const LINES_PER_BURST = 60_000;
+    const pad = 'y'.repeat(60);
+    // Two bursts (~6 MB on disk each) a few monitor turns apart, then DONE and silence.
+    const burst = (from: number) => `seq ${from} ${from + LINES_PER_BURST - 1} | sed 's/$/ ${pad}/'`;
+    const script = `echo 0 ready; while [ ! -e /trigger/burst ]; do usleep 20000; done; ${burst(1)}; usleep 2500000; ${burst(LINES_PER_BURST + 1)}; echo DONE; sleep 3600`;
+    node.writeManifest('burst.json', busyboxPod('burst', script, {
+      container: { volumeMounts: [{ name: 'trigger', mountPath: '/trigger' }] },
+      spec: { volumes: [{ name: 'trigger', hostPath: { path: path.join(node.dir, 'trigger'), type: 'Directory' } }] },
+    }));
+    const running = await eventually(async () => {
+      const p = await node.pod('burst');
+      return p?.status?.containerStatuses?.[0]?.state?.running ? p : undefined;
+    }, 60_000);
+    const m = running.metadata!;
+    const logDir = path.join(node.logsDir, `${m.namespace}_${m.name}_${m.uid}`, 'main');
+    /** The files of this log nodelet holds open (a removed one ends ` (deleted)`). */
+    const held = () =>
+      fs.readdirSync(`/proc/${node.nodelet.child.pid}/fd`).flatMap((fd) => {
+        try {
+          const to = fs.readlinkSync(`/proc/${node.nodelet.child.pid}/fd/${fd}`);
+          return to.startsWith(logDir + path.sep) ? [path.basename(to)] : [];
+        } catch {
+          return [];
+        }
+      });
+
+    // The client: checks each line as it comes (0 ready, 1, 2, ... in order, then DONE).
+    let next = 0;
+    let bad: string | undefined;
+    let doneAt: number | undefined;
+    let rest = '';
+    let received = 0;
+    let res!: IncomingMessage;
+    const req = https.get(`https://127.0.0.1:${node.port}/containerLogs/${m.namespace}/${m.name}/main?follow=true`, { rejectUnauthorized: false }, (r) => {
+      res = r;
+      r.setEncoding('latin1').on('data', (d: string) => {
+        received += d.length;
+        const lines = (rest + d).split('\n');
+        rest = lines.pop()!;
+        for (const l of lines) {
+          if (l === 'DONE') doneAt ??= performance.now();
+          else if (l === (next === 0 ? '0 ready' : `${next} ${pad}`) && doneAt === undefined) next++;
+          else bad ??= `${JSON.stringify(l.slice(0, 30))} where ${next} was expected`;
+        }
+      });
+      r.on('error', () => {});
+    });
+    req.on('error', () => {});
+    try {
+      await eventually(() => next === 1, 10_000, 20);
+      // The client stops reading; the container writes its bursts; the log manager rotates behind it.
+      res.pause();
+      fs.writeFileSync(path.join(node.dir, 'trigger', 'burst'), '');
+      const endsWithDone = (n: string) => {
+        const f = path.join(logDir, n);
+        const size = fs.statSync(f).size;
+        const fd = fs.openSync(f, 'r');
+        try {
+          const b = Buffer.alloc(5);
+          fs.readSync(fd, b, 0, 5, Math.max(0, size - 5));
+          return b.toString() === 'DONE\n';
+        } finally {
+          fs.closeSync(fd);
+        }
+      };
+      // Until DONE is in a rotated file, an older one is gzipped, and the live file is empty.
+      await eventually(() => {
+        const names = fs.readdirSync(logDir);
+        return names.includes('0.log') && fs.statSync(path.join(logDir, '0.log')).size === 0 && names.some((n) => n.endsWith('.gz')) && names.some((n) => /^0\.log\.\d{8}-\d{6}$/.test(n) && endsWithDone(n));
+      }, 30_000, 100);
+      const names = fs.readdirSync(logDir).sort();
+      // Behind: nodelet holds a file that is not the live one (rotated, or removed after its compression).
+      const before = held();
+      expect(before.some((n) => n !== '0.log')).toBe(true);
+      const t0 = performance.now();
+      const from = received;
+      res.resume();
+      await eventually(() => doneAt !== undefined || bad !== undefined, 30_000, 10);
+      const doneMs = doneAt! - t0;
+      let closedMs = NaN;
+      await eventually(() => {
+        if (held().every((n) => n === '0.log')) closedMs = performance.now() - t0;
+        return !Number.isNaN(closedMs);
+      }, 5_000, 10);
+      const mb = (received - from) / 1e6;
+      console.log(`follower behind: files ${names.join(', ')}; nodelet held ${before.join(', ')}; ${next - 1} lines, then DONE ${doneMs.toFixed(0)} ms after the client read again (${mb.toFixed(1)} MB since, ${(mb / (doneMs / 1000)).toFixed(1)} MB/s on this machine's load), old files closed ${(closedMs - doneMs).toFixed(0)} ms after DONE`);
+      expect(bad).toBeUndefined();
+      expect(next).toBe(2 * LINES_PER_BURST + 1);
+      // No stall: what is left comes as fast as it streams (the 1 s bound without the transfer
+      // is test/integration/server/container-logs-follow.test.ts), and the old files are left
+      // right after: the live file is empty, so within the two polls of ROTATION_GRACE_POLLS.
+      expect(closedMs - doneMs).toBeLessThan(1000);
+      expect(held()).toEqual(['0.log']);
+    } finally {
+      req.destroy();
+    }
+    fs.rmSync(path.join(node.manifests, 'burst.json'));
+    await eventually(async () => (await runtimePods(node.cri)).length === 0, 60_000);
   }, 180_000);
 });

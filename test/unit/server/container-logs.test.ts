@@ -8,7 +8,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/clock.js';
 import { VirtualClock } from '../../helpers/clock.js';
-import { CriLogDecoder, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
+import { compressLog } from '../../../src/pods/log-rotation.js';
+import { CriLogDecoder, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, ROTATION_GRACE_POLLS, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
 
 
 const q = (s: string) => new URLSearchParams(s);
@@ -354,8 +355,11 @@ describe('follow across a rotation', () => {
     if (o.reopened !== undefined) await fsp.writeFile(file, o.reopened);
   }
 
-  /** Follows `file` from its start; `script(step)` runs at each poll (the clock's sleep), until it returns false. */
-  async function follow(file: string, script: (step: number) => Promise<boolean>): Promise<string> {
+  /**
+   * Follows `file` from its start; `script(step, sofar)` runs at each poll (the clock's sleep),
+   * with what the client got so far, until it returns false.
+   */
+  async function follow(file: string, script: (step: number, sofar: string) => Promise<boolean>): Promise<string> {
     const clock = new VirtualClock();
     let alive = true;
     const target = { file, running: () => alive };
@@ -363,7 +367,7 @@ describe('follow across a rotation', () => {
     const done = streamLogs(await openLog(target, 'app'), target, opts({ follow: true }), (b) => void chunks.push(Buffer.from(b)), new AbortController().signal, { pollMs: 250, clock });
     for (let step = 0; ; step++) {
       await clock.whenSleeping();
-      if (!(await script(step))) break;
+      if (!(await script(step, Buffer.concat(chunks).toString('utf8')))) break;
       await clock.advanceToNext();
     }
     alive = false;
@@ -379,9 +383,12 @@ describe('follow across a rotation', () => {
       // The rotation: renamed, the runtime's writer still appends to the old file; it reopens only at the next poll.
       if (step === 2) await rotate(file, '20261123-060000', { late: recs(6, 7) });
       if (step === 3) await fsp.writeFile(file, ''); // reopened, nothing written yet
-      if (step === 4) await fsp.appendFile(file, recs(9, 10));
-      // The old writer flushes its last line just after the new one wrote its first: the follower waited a poll for it.
-      if (step === 5) await fsp.appendFile(`${file}.20261123-060000`, rec(8));
+      if (step === 4) {
+        await fsp.appendFile(file, recs(9, 10));
+        // The old writer flushes its last line just after the new one wrote its first (the
+        // runtime swaps its writers, then closes the old one): the follower waited a poll for it.
+        await fsp.appendFile(`${file}.20261123-060000`, rec(8));
+      }
       if (step === 6) await fsp.appendFile(file, recs(11, 12));
       return step < 8;
     });
@@ -412,5 +419,158 @@ describe('follow across a rotation', () => {
       return step < 1;
     });
     expect(out).toBe(want(1, 3));
+  });
+  /** The files under `dir` this process holds open now (`/proc/self/fd`), a removed one ending ` (deleted)`. */
+  function openFiles(under: string): string[] {
+    const out: string[] = [];
+    for (const fd of fs.readdirSync('/proc/self/fd')) {
+      const to = (() => {
+        try {
+          return fs.readlinkSync(`/proc/self/fd/${fd}`);
+        } catch {
+          return '';
+        }
+      })();
+      if (to.startsWith(under + path.sep)) out.push(path.basename(to));
+    }
+    return out.sort();
+  }
+
+  /** `n` records of ~1 KiB each from `from`, then `DONE`: what the container wrote last before it went quiet. */
+  const bulk = (from: number, n: number) => Array.from({ length: n }, (_, k) => `2026-11-23T06:01:00.${String(from + k).padStart(9, '0')}Z stdout F b${from + k} ${'x'.repeat(1000)}\n`).join('');
+  const bulkWant = (from: number, n: number) => Array.from({ length: n }, (_, k) => `b${from + k} ${'x'.repeat(1000)}\n`).join('');
+  const DONE = '2026-11-23T06:02:00Z stdout F DONE\n';
+
+  it('the issue: a follower whose file was renamed reads it to DONE and moves to the new empty live file within a second, with no further write, closing the old one', async () => {
+    const file = await newLog(recs(1, 2));
+    const stamp = '20261123-060100';
+    let rotatedAt = -1;
+    let closedAt = -1;
+    let doneAt = -1;
+    const out = await follow(file, async (step, sofar) => {
+      if (step === 1) {
+        // The writer appends 2 MiB and DONE to the renamed file, then the runtime opens an empty live file; nothing more is written.
+        await rotate(file, stamp, { late: bulk(0, 2000) + DONE, reopened: '' });
+        rotatedAt = step;
+        expect(openFiles(path.dirname(file))).toEqual(['0.log.' + stamp]);
+      }
+      if (rotatedAt >= 0 && doneAt < 0 && sofar.endsWith('DONE\n')) doneAt = step;
+      if (rotatedAt >= 0 && closedAt < 0 && !openFiles(path.dirname(file)).includes('0.log.' + stamp)) {
+        closedAt = step;
+        // It holds the live file now, and reads what comes next from its start.
+        expect(openFiles(path.dirname(file))).toEqual(['0.log']);
+        await fsp.appendFile(file, rec(3));
+      }
+      return step < 12;
+    });
+    expect(out).toBe(want(1, 2) + bulkWant(0, 2000) + 'DONE\nn3\n');
+    // Polls are 250 ms apart: DONE at the first poll after the rotation, the old file closed at the second (500 ms).
+    expect((doneAt - rotatedAt) * 250).toBeLessThanOrEqual(250);
+    expect(closedAt - rotatedAt).toBe(ROTATION_GRACE_POLLS);
+    expect((closedAt - rotatedAt) * 250).toBeLessThanOrEqual(500);
+    expect(openFiles(path.dirname(file))).toEqual([]);
+  });
+
+  /**
+   * A follower held back by a slow client (its writes wait on `gate`) while `rotations` runs;
+   * then the client reads freely. Returns the output and the polls it took, after the client
+   * came back, to deliver DONE and to leave every old file.
+   */
+  async function behind(file: string, rotations: () => Promise<void>, after: (sofar: string) => Promise<void> = async () => {}): Promise<{ out: string; donePolls: number; closedPolls: number }> {
+    const clock = new VirtualClock();
+    let alive = true;
+    const target = { file, running: () => alive };
+    const chunks: Buffer[] = [];
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let blocked!: () => void;
+    const firstWrite = new Promise<void>((resolve) => (blocked = resolve));
+    const done = streamLogs(await openLog(target, 'app'), target, opts({ follow: true }), async (b) => {
+      chunks.push(Buffer.from(b));
+      blocked();
+      await gate;
+    }, new AbortController().signal, { pollMs: 250, clock });
+    await firstWrite; // the follower is stuck on its first write
+    await rotations();
+    open();
+    const sofar = () => Buffer.concat(chunks).toString('utf8');
+    let donePolls = -1;
+    let closedPolls = -1;
+    for (let poll = 0; poll < 12; poll++) {
+      await clock.whenSleeping();
+      if (donePolls < 0 && sofar().endsWith('DONE\n')) donePolls = poll;
+      if (closedPolls < 0 && openFiles(path.dirname(file)).every((n) => n === '0.log')) closedPolls = poll;
+      await clock.advanceToNext();
+    }
+    await clock.whenSleeping();
+    await after(sofar());
+    await clock.advanceToNext();
+    await clock.whenSleeping();
+    alive = false;
+    await clock.advanceToNext();
+    await done;
+    expect(openFiles(path.dirname(file))).toEqual([]);
+    return { out: sofar(), donePolls, closedPolls };
+  }
+
+  it('the issue, two rotations behind: its file compressed and removed, the newer rotated file (ending in DONE) is read, then the empty live file, without a write', async () => {
+    const file = await newLog(recs(1, 2));
+    const r = await behind(
+      file,
+      async () => {
+        // While the client is stuck: 1 MiB more, rotated; a new file of 2 MiB and DONE; the
+        // next turn compresses the first rotated file (removing it: the follower holds it) and
+        // rotates the second; the live file stays empty.
+        await fsp.appendFile(file, bulk(0, 1000));
+        await rotate(file, '20261123-060100', { reopened: bulk(1000, 2000) + DONE });
+        await compressLog(`${file}.20261123-060100`);
+        await rotate(file, '20261123-060110', { reopened: '' });
+        expect(fs.readdirSync(path.dirname(file)).sort()).toEqual(['0.log', '0.log.20261123-060100.gz', '0.log.20261123-060110']);
+        expect(openFiles(path.dirname(file))).toEqual(['0.log.20261123-060100 (deleted)']);
+      },
+      async () => void (await fsp.appendFile(file, rec(3))),
+    );
+    expect(r.out).toBe(want(1, 2) + bulkWant(0, 3000) + 'DONE\nn3\n');
+    // DONE before the first poll once the client reads again; both old files left within the grace polls.
+    expect(r.donePolls).toBe(0);
+    expect(r.closedPolls).toBeGreaterThanOrEqual(0);
+    expect(r.closedPolls).toBeLessThanOrEqual(ROTATION_GRACE_POLLS);
+  });
+
+  it('three rotations behind: a newer file already gzipped is read decompressed, in order; older files and planted non-files are not read', async () => {
+    const file = await newLog(recs(1, 2));
+    const dirOf = path.dirname(file);
+    const r = await behind(file, async () => {
+      // Older rotated files of the same log (before the follower's): never re-read.
+      await fsp.writeFile(`${file}.20261123-050000`, recs(90, 91));
+      await fsp.writeFile(`${file}.20261123-050010.gz`, '');
+      await fsp.appendFile(file, bulk(0, 300));
+      await rotate(file, '20261123-060100', { reopened: bulk(300, 300) });
+      await compressLog(`${file}.20261123-060100`);
+      await rotate(file, '20261123-060110', { reopened: bulk(600, 300) + DONE });
+      await compressLog(`${file}.20261123-060110`);
+      await rotate(file, '20261123-060120', { reopened: '' });
+      // A FIFO and a link named like newer rotated files: refused without blocking, skipped.
+      execFileSync('mkfifo', [`${file}.20261123-060105`]);
+      fs.symlinkSync('/etc/hostname', `${file}.20261123-060106`);
+      fs.symlinkSync('/etc/hostname', `${file}.20261123-060107.gz`);
+      expect(fs.readdirSync(dirOf).filter((n) => n.endsWith('.gz')).sort()).toEqual(['0.log.20261123-050010.gz', '0.log.20261123-060100.gz', '0.log.20261123-060107.gz', '0.log.20261123-060110.gz']);
+    });
+    expect(r.out).toBe(want(1, 2) + bulkWant(0, 900) + 'DONE\n');
+    expect(r.donePolls).toBe(0);
+    expect(r.closedPolls).toBeLessThanOrEqual(ROTATION_GRACE_POLLS);
+  });
+
+  it('a rotation the runtime refused (renamed back) is not taken for one: nothing is read twice', async () => {
+    const file = await newLog(recs(1, 2));
+    const out = await follow(file, async (step) => {
+      if (step === 1) await fsp.rename(file, `${file}.20261123-060000`); // renamed; the reopen fails
+      if (step === 3) await fsp.rename(`${file}.20261123-060000`, file); // renamed back
+      if (step === 4) await fsp.appendFile(file, recs(3, 4));
+      if (step === 5) await rotate(file, '20261123-060010', { late: rec(5), reopened: '' });
+      if (step === 10) await fsp.appendFile(file, rec(6));
+      return step < 12;
+    });
+    expect(out).toBe(want(1, 6));
   });
 });

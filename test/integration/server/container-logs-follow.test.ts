@@ -1,0 +1,196 @@
+/**
+ * A log follower (`/containerLogs/...?follow=true`, streamLogs) across rotations, in real
+ * time on real files, at its default 250 ms poll: issue 26, item 3 ("a follower that fell a
+ * rotation behind stops while the live file is empty").
+ *
+ * - one rotation behind: the live file is renamed, its writer appends 8 MiB and `DONE` to
+ *   it, a new empty live file appears and nothing more is written: every line up to `DONE`
+ *   comes within a second of the rotation, and the old file is closed within a second of the
+ *   new file's appearance (the follower cannot know its file is finished before);
+ * - two rotations behind (a client that stopped reading): meanwhile its file got 4 MiB more,
+ *   was rotated, compressed and removed (log-rotation.ts's compressLog), and the next file
+ *   (16 MiB ending in `DONE`) was rotated too, the live file empty: once the client reads
+ *   again, every line up to `DONE` comes within a second, and both old files are closed.
+ *
+ * Open files are read from /proc/self/fd. Output is checked line by line as it comes (the
+ * sequence numbers in order, nothing lost or repeated), never kept whole.
+ */
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { compressLog } from '../../../src/pods/log-rotation.js';
+import { openLog, streamLogs } from '../../../src/server/container-logs.js';
+
+let dir: string;
+beforeAll(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-follow-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+const PAD = 'x'.repeat(1000);
+const MiB = 1024 * 1024;
+/** Records `from`..`from+n-1`, ~1 KiB each, as the runtime writes them. */
+function bulk(from: number, n: number): Buffer {
+  const lines: string[] = [];
+  for (let i = from; i < from + n; i++) lines.push(`2026-11-23T06:01:00.${String(i).padStart(9, '0')}Z stdout F ${i} ${PAD}\n`);
+  return Buffer.from(lines.join(''));
+}
+const RECORDS_PER_MIB = Math.ceil(MiB / bulk(0, 1).length);
+const DONE = '2026-11-23T06:02:00Z stdout F DONE\n';
+
+/** The files under `d` this process holds open, a removed one ending ` (deleted)`. */
+function openFiles(d: string): string[] {
+  const out: string[] = [];
+  for (const fd of fs.readdirSync('/proc/self/fd')) {
+    let to = '';
+    try {
+      to = fs.readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      continue;
+    }
+    if (to.startsWith(d + path.sep)) out.push(path.basename(to));
+  }
+  return out.sort();
+}
+
+/** A client that checks each line as it comes: `<n> <PAD>` with n = 0, 1, 2, ... then `DONE`, then what comes `after`. */
+function checkingClient() {
+  let rest = '';
+  let next = 0;
+  let bad: string | undefined;
+  let doneAt: number | undefined;
+  const after: string[] = [];
+  return {
+    after,
+    write(b: Buffer) {
+      const lines = (rest + b.toString('latin1')).split('\n');
+      rest = lines.pop()!;
+      for (const l of lines) {
+        if (doneAt !== undefined) after.push(l);
+        else if (l === 'DONE') doneAt = performance.now();
+        else if (l !== `${next} ${PAD}`) bad ??= `line ${JSON.stringify(l.slice(0, 40))} where ${next} was expected`;
+        else next++;
+      }
+    },
+    get next() {
+      return next;
+    },
+    get bad() {
+      return bad;
+    },
+    get doneAt() {
+      return doneAt;
+    },
+  };
+}
+
+async function until(cond: () => boolean, ms: number): Promise<void> {
+  const end = performance.now() + ms;
+  while (!cond() && performance.now() < end) await new Promise((r) => setTimeout(r, 10));
+}
+
+describe('a log follower across rotations, in real time', () => {
+  it('one rotation behind: DONE within a second of the rotation, the old file closed within a second of the new empty one, nothing written after', async () => {
+    const logDir = await fsp.mkdtemp(path.join(dir, 'one-'));
+    const file = path.join(logDir, '0.log');
+    await fsp.writeFile(file, bulk(0, 10));
+    let alive = true;
+    const target = { file, running: () => alive };
+    const client = checkingClient();
+    const ac = new AbortController();
+    const following = streamLogs(await openLog(target, 'app'), target, { previous: false, timestamps: false, follow: true }, (b) => client.write(b), ac.signal);
+    await until(() => client.next === 10, 2000);
+    expect(client.next).toBe(10);
+
+    // The runtime's writer keeps its descriptor across the rename, as containerd's does until ReopenContainerLog.
+    const writer = await fsp.open(file, 'a');
+    const rotated = `${file}.20261123-060100`;
+    const t0 = performance.now();
+    await fsp.rename(file, rotated);
+    const n = 8 * RECORDS_PER_MIB;
+    for (let i = 10; i < 10 + n; i += RECORDS_PER_MIB) await writer.write(bulk(i, Math.min(RECORDS_PER_MIB, 10 + n - i)));
+    await writer.write(DONE);
+    await writer.close();
+    await fsp.writeFile(file, ''); // reopened: empty, and nothing more is written
+    const t1 = performance.now();
+    let closedAt: number | undefined;
+    await until(() => {
+      if (closedAt === undefined && !openFiles(logDir).includes(path.basename(rotated))) closedAt = performance.now();
+      return client.doneAt !== undefined && closedAt !== undefined;
+    }, 5000);
+    const doneMs = client.doneAt! - t0;
+    const closedMs = closedAt! - t1;
+    console.log(`one rotation behind: ${n + 10} lines (8 MiB, written in ${(t1 - t0).toFixed(0)} ms), DONE ${doneMs.toFixed(0)} ms after the rotation, old file closed ${closedMs.toFixed(0)} ms after the new live file appeared`);
+    expect(client.bad).toBeUndefined();
+    expect(client.next).toBe(10 + n);
+    expect(doneMs).toBeLessThan(1000);
+    expect(closedMs).toBeLessThan(1000);
+    expect(openFiles(logDir)).toEqual(['0.log']);
+    alive = false;
+    await following;
+    expect(openFiles(logDir)).toEqual([]);
+  });
+
+  it('two rotations behind a stalled client: its file compressed and removed, the next one (16 MiB ending in DONE) read, every line within a second of the client reading again', async () => {
+    const logDir = await fsp.mkdtemp(path.join(dir, 'two-'));
+    const file = path.join(logDir, '0.log');
+    await fsp.writeFile(file, bulk(0, 10));
+    let alive = true;
+    const target = { file, running: () => alive };
+    const client = checkingClient();
+    let resume!: () => void;
+    const stalled = new Promise<void>((r) => (resume = r));
+    let stuck!: () => void;
+    const firstWrite = new Promise<void>((r) => (stuck = r));
+    const following = streamLogs(await openLog(target, 'app'), target, { previous: false, timestamps: false, follow: true }, async (b) => {
+      client.write(b);
+      stuck();
+      await stalled; // the client reads nothing until resumed
+    }, new AbortController().signal);
+    await firstWrite;
+
+    // Rotation 1: 4 MiB more, renamed, a new live file gets 16 MiB and DONE.
+    const a = bulk(10, 4 * RECORDS_PER_MIB);
+    await fsp.appendFile(file, a);
+    await fsp.rename(file, `${file}.20261123-060100`);
+    const b0 = 10 + 4 * RECORDS_PER_MIB;
+    const nb = 16 * RECORDS_PER_MIB;
+    const w = await fsp.open(file, 'wx');
+    for (let i = b0; i < b0 + nb; i += RECORDS_PER_MIB) await w.write(bulk(i, Math.min(RECORDS_PER_MIB, b0 + nb - i)));
+    await w.write(DONE);
+    await w.close();
+    // Rotation 2, as the log manager's turn: the older rotated file gzipped (the plain one removed), the live one renamed, an empty one made.
+    await compressLog(`${file}.20261123-060100`);
+    await fsp.rename(file, `${file}.20261123-060110`);
+    await fsp.writeFile(file, '');
+    expect(fs.readdirSync(logDir).sort()).toEqual(['0.log', '0.log.20261123-060100.gz', '0.log.20261123-060110']);
+    // It holds a removed file: the space the issue saw held.
+    expect(openFiles(logDir)).toEqual(['0.log.20261123-060100 (deleted)']);
+
+    const t0 = performance.now();
+    resume();
+    let closedAt: number | undefined;
+    await until(() => {
+      if (closedAt === undefined && openFiles(logDir).every((n) => n === '0.log')) closedAt = performance.now();
+      return client.doneAt !== undefined && closedAt !== undefined;
+    }, 5000);
+    const doneMs = client.doneAt! - t0;
+    const closedMs = closedAt! - t0;
+    console.log(`two rotations behind: ${b0 + nb} lines (20 MiB in 2 files, the first gzipped meanwhile), DONE ${doneMs.toFixed(0)} ms and both old files closed ${closedMs.toFixed(0)} ms after the client read again`);
+    expect(client.bad).toBeUndefined();
+    expect(client.next).toBe(b0 + nb);
+    expect(doneMs).toBeLessThan(1000);
+    expect(closedMs).toBeLessThan(1000);
+    expect(openFiles(logDir)).toEqual(['0.log']);
+
+    // Still following the live file: what the container writes next comes too.
+    await fsp.appendFile(file, '2026-11-23T06:03:00Z stdout F after\n');
+    await until(() => client.after.length > 0, 2000);
+    expect(client.after).toEqual(['after']);
+    alive = false;
+    await following;
+    expect(openFiles(logDir)).toEqual([]);
+  });
+});
