@@ -98,18 +98,7 @@ export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOp
   // 1 s deadline aborted renewals the server was about to accept, each abort costing a
   // conflict and a re-read (seen in the load test, 1 s status frequency, 4 s lease).
   const leaseTimeoutMs = Math.max(2000, Math.min(parseDuration(o.config.nodeStatusUpdateFrequency), o.config.nodeLeaseDurationSeconds * 1000));
-  // client-go's token buckets, as the kubelet gives its clients: kubeAPIQPS/kubeAPIBurst for
-  // the main client, eventRecordQPS/eventBurst for the events' own; the heartbeat (Lease,
-  // Node status) has none. QPS 0 means client-go's default (5), a negative QPS no limit.
-  const { clientGoLimit } = await import('./controlplane/rate-limit.js');
-  return connectedMode(
-    await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, {
-      leaseTimeoutMs,
-      apiLimiter: clientGoLimit(o.config.kubeAPIQPS, o.config.kubeAPIBurst, o.clock),
-      eventLimiter: clientGoLimit(o.config.eventRecordQPS, o.config.eventBurst, o.clock),
-    }),
-    o,
-  );
+  return connectedMode(await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, { leaseTimeoutMs }), o);
 }
 
 /** Standalone: no control plane is contacted, nothing of connected mode is built. */

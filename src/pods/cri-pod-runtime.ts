@@ -42,6 +42,7 @@ import type { Mounter } from './subpath.js';
 import type { NodeSwap } from './swap.js';
 import { writeFileAtomic, type ImagePullRecords } from '../system/root-dir.js';
 import { containerResources, podResourceInfo, type AllocationRecords } from './allocation.js';
+import { isApiDataVolume, refreshApiDataVolumes } from './volumes/api-data.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from './log-symlinks.js';
 import { createTerminationLogFile, DEFAULT_TERMINATION_MESSAGE_PATH, terminationMessage } from './termination-message.js';
@@ -208,6 +209,13 @@ export class CriPodRuntime implements PodRuntime {
       ...(this.#o.clusterDomain ? { clusterDomain: this.#o.clusterDomain } : {}),
       ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
     }) as unknown as PodSandboxConfig;
+  }
+
+  async refreshVolumes(pod: Pod): Promise<void> {
+    if (!pod.spec?.volumes?.some(isApiDataVolume)) return;
+    for (const problem of await refreshApiDataVolumes(this.#o.rootDir, pod, (q) => parseQuantity(String(q)).value)) {
+      this.#log.warn({ pod: `${pod.metadata?.namespace}/${pod.metadata?.name}` }, `cannot update a volume of the pod: ${problem}`);
+    }
   }
 
   sandboxIPs(id: string): Promise<string[]> {

@@ -15,7 +15,7 @@
  * nodelet does not read: an optional one is skipped, a required one is refused with
  * CreateContainerConfigError naming the variable, never dropped in silence.
  */
-import type { Container, EnvVar, Pod } from 'kubernetes-types/core/v1.js';
+import type { Container, Pod, ResourceFieldSelector } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../errors.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
@@ -117,16 +117,21 @@ function fieldValue(pod: Pod, fieldPath: string, ctx: EnvContext, env: string): 
   throw new NodeletError('INVALID_ARGUMENT', `env ${env}: fieldRef.fieldPath ${JSON.stringify(fieldPath)} is not supported`, REASON);
 }
 
-function resourceValue(c: Container, ref: NonNullable<NonNullable<EnvVar['valueFrom']>['resourceFieldRef']>, ctx: EnvContext, env: string): string {
+/**
+ * A container's resource as the downward API gives it (env and volumes): `limits.<r>` or
+ * `requests.<r>` (a request defaults to the limit), in units of `divisor`, rounded up.
+ * `where` names the reference in errors (`env CPU`, `volume "podinfo" items[0]`).
+ */
+export function resourceFieldValue(c: Container, ref: ResourceFieldSelector, quantity: (q: string | number) => number, where: string): string {
   const [kind, name] = ref.resource.split('.', 2) as [string, string | undefined];
-  if ((kind !== 'limits' && kind !== 'requests') || !name) throw new NodeletError('INVALID_ARGUMENT', `env ${env}: resourceFieldRef.resource ${JSON.stringify(ref.resource)} is not supported`, REASON);
+  if ((kind !== 'limits' && kind !== 'requests') || !name) throw new NodeletError('INVALID_ARGUMENT', `${where}: resourceFieldRef.resource ${JSON.stringify(ref.resource)} is not supported`, REASON);
   const limits = c.resources?.limits ?? {};
   const requests = { ...limits, ...(c.resources?.requests ?? {}) };
   const q = (kind === 'limits' ? limits : requests)[name];
   // Unset: the kubelet reports the node's allocatable for limits and 0 for requests; nodelet reports 0 for both.
-  const value = q === undefined ? 0 : ctx.quantity(q);
-  const divisor = ref.divisor === undefined ? 1 : ctx.quantity(ref.divisor);
-  if (!(divisor > 0)) throw new NodeletError('INVALID_ARGUMENT', `env ${env}: resourceFieldRef.divisor must be positive`, REASON);
+  const value = q === undefined ? 0 : quantity(q);
+  const divisor = ref.divisor === undefined ? 1 : quantity(ref.divisor);
+  if (!(divisor > 0)) throw new NodeletError('INVALID_ARGUMENT', `${where}: resourceFieldRef.divisor must be positive`, REASON);
   // As the kubelet: rounded up to an integer of the divisor.
   return String(Math.ceil(value / divisor));
 }
@@ -189,7 +194,7 @@ export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: {
     const vf = e.valueFrom;
     if (!vf) value = budget.expand(what, e.value ?? '', vars, overhead);
     else if (vf.fieldRef) value = budget.take(what, fieldValue(pod, vf.fieldRef.fieldPath, ctx, e.name), overhead);
-    else if (vf.resourceFieldRef) value = budget.take(what, resourceValue(c, vf.resourceFieldRef, ctx, e.name), overhead);
+    else if (vf.resourceFieldRef) value = budget.take(what, resourceFieldValue(c, vf.resourceFieldRef, ctx.quantity, what), overhead);
     else {
       const ref = vf.configMapKeyRef ?? vf.secretKeyRef;
       const kind = vf.configMapKeyRef ? 'configMapKeyRef' : vf.secretKeyRef ? 'secretKeyRef' : 'valueFrom';

@@ -471,6 +471,7 @@ export class PodManager {
       const sandbox = await ensureSandbox(ctx, w, plan, observed, now);
       await killContainers(ctx, w.pod, plan.kill);
       await startContainers(ctx, w, plan.start, sandbox, waiting, now);
+      await ctx.runtime.refreshVolumes?.(w.pod);
       await collectGarbage(ctx, plan);
       // Nothing done: what was observed is still what runs (no second look at the runtime).
       const idle = !plan.killPod && !plan.createSandbox && !plan.start.length && !plan.kill.length && !plan.removeContainers.length && !plan.removeSandboxes.length;

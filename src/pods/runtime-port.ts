@@ -47,6 +47,8 @@ export interface PodRuntime {
   /** Runs a command in a running container (exec probes); a failing command is its exit code, not an error. */
   execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }>;
   removeContainer(id: string): Promise<void>;
+  /** Brings the files of the pod's set-up downwardAPI/projected volumes up to date with the pod (its labels changed). Optional; never throws. */
+  refreshVolumes?(pod: Pod): Promise<void>;
   /** Removes what the pod left on the node besides the runtime (its directories, volumes, logs), once it is gone. */
   cleanupPod(uid: string): Promise<void>;
   /** UIDs of pods that left directories on the node (cleanupPod removes them). */

@@ -10,8 +10,9 @@
  * A subPath is resolved inside its volume without following links and bind-mounted from
  * the resolved descriptor (subpath.ts), at every container creation.
  *
- * Volumes that need the control plane or a plugin (configMap, secret, projected,
- * persistentVolumeClaim, csi, ...) and `emptyDir.medium: Memory` are refused with
+ * `downwardAPI` and projected volumes are written by volumes/api-data.ts. Volumes that
+ * need the control plane or a plugin (configMap, secret, a projected volume's configMap,
+ * secret or token source, persistentVolumeClaim, csi, ...) and `emptyDir.medium: Memory` are refused with
  * CreateContainerConfigError naming the volume: the container does not start without a
  * volume it asked for, and the reason says why.
  */
@@ -24,6 +25,8 @@ import { ExpansionTooLarge, expand } from './env.js';
 import { isDnsLabel, isDnsSubdomain, isPodUid } from './pod-validation.js';
 import { bindSubPath, hostMounter, removeTree, subPathTarget, unmountUnder, type Mounter } from './subpath.js';
 import { ifExists, readdirOrEmpty } from '../system/fs-util.js';
+import { parseQuantity } from '../config/quantity.js';
+import { isApiDataVolume, setUpApiDataVolume } from './volumes/api-data.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
 
@@ -78,7 +81,7 @@ async function hostPathReady(volume: string, p: string, type: string | undefined
   if (!check.test(st)) throw fail(`${p} is not ${check.what}`);
 }
 
-async function volumeHostPath(pod: Pod, v: Volume, rootDir: string): Promise<string> {
+async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q: string | number) => number): Promise<string> {
   if (!isDnsLabel(v.name)) throw new NodeletError('INVALID_ARGUMENT', `volume ${JSON.stringify(v.name)}: not a valid volume name (a DNS-1123 label)`, REASON);
   if (v.hostPath) {
     await hostPathReady(v.name, v.hostPath.path, v.hostPath.type);
@@ -91,13 +94,16 @@ async function volumeHostPath(pod: Pod, v: Volume, rootDir: string): Promise<str
     await fs.chmod(dir, 0o777); // as the kubelet: any user of the pod may write
     return dir;
   }
+  if (isApiDataVolume(v)) return setUpApiDataVolume(rootDir, pod, v, quantity);
   const kind = Object.keys(v).find((k) => k !== 'name') ?? 'none';
-  throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": type ${kind} is not supported by nodelet (hostPath and emptyDir are)`, REASON);
+  throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": type ${kind} is not supported by nodelet (hostPath, emptyDir, downwardAPI and projected downwardAPI are)`, REASON);
 }
 
 export interface ContainerMountsOptions {
   /** The container's environment, for `$(VAR)` in subPathExpr. */
   env?: ReadonlyMap<string, string>;
+  /** Parses resource quantities (downwardAPI resourceFieldRef); default config/quantity.ts. */
+  quantity?: (q: string | number) => number;
   /** Default: the host's (util-linux mount, /proc/self/mountinfo). */
   mounter?: Mounter;
 }
@@ -130,7 +136,7 @@ export async function containerMounts(pod: Pod, container: Container, rootDir: s
     const v = volumes.get(vm.name);
     if (!v) throw refuse(`the pod has no volume named ${JSON.stringify(vm.name)}`);
     if (typeof vm.mountPath !== 'string' || !path.isAbsolute(vm.mountPath)) throw refuse(`mountPath ${JSON.stringify(vm.mountPath)} must be an absolute path`);
-    let host = await volumeHostPath(pod, v, rootDir);
+    let host = await volumeHostPath(pod, v, rootDir, o.quantity ?? ((q) => parseQuantity(String(q)).value));
     if (vm.subPath && vm.subPathExpr) throw refuse('subPath and subPathExpr are mutually exclusive');
     // As the kubelet: subPathExpr is expanded from the container's environment; an empty result is the whole volume.
     const sub = vm.subPath || (vm.subPathExpr ? expandSubPath(vm.subPathExpr, o.env, refuse) : '');
@@ -142,7 +148,8 @@ export async function containerMounts(pod: Pod, container: Container, rootDir: s
     }
     const propagation = PROPAGATION[vm.mountPropagation ?? 'None'];
     if (!propagation) throw refuse(`unknown mountPropagation ${JSON.stringify(vm.mountPropagation)}`);
-    mounts.push({ containerPath: vm.mountPath, hostPath: host, readonly: !!vm.readOnly, selinuxRelabel: false, propagation });
+    // As the kubelet, API data volumes are always mounted read-only.
+    mounts.push({ containerPath: vm.mountPath, hostPath: host, readonly: !!vm.readOnly || isApiDataVolume(v), selinuxRelabel: false, propagation });
   }
   return mounts;
 }

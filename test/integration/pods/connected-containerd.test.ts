@@ -68,6 +68,35 @@ describe('connected mode on containerd', () => {
     await eventually(async () => !(await runtimePods(node.cri)).some((s) => s.labels['io.kubernetes.pod.uid'] === uid), 30_000);
   });
 
+  it("a downwardAPI volume holds the pod's labels, read-only in the container, and follows a change of them in the API", async () => {
+    const pod: Pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'podinfo', namespace: 'default', labels: { app: 'podinfo', tier: 'front' } },
+      spec: {
+        nodeName: NODE_NAME,
+        hostNetwork: true,
+        terminationGracePeriodSeconds: 1,
+        volumes: [{ name: 'podinfo', downwardAPI: { items: [{ path: 'labels', fieldRef: { fieldPath: 'metadata.labels' } }, { path: 'name', fieldRef: { fieldPath: 'metadata.name' } }] } }],
+        containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'], volumeMounts: [{ name: 'podinfo', mountPath: '/etc/podinfo' }] }],
+      },
+    };
+    await cluster.api.create<Pod>(PODS, pod);
+    const id = await eventually(async () => (await getPod('podinfo'))?.status?.containerStatuses?.[0]?.containerID?.replace('containerd://', ''), 30_000);
+    const inside = async (cmd: string) => {
+      const r = await node.cri.execSync(id, ['sh', '-c', cmd], 10);
+      return `${r.stdout.toString()}${r.stderr.toString()}`.trim();
+    };
+    expect(await inside('cat /etc/podinfo/name; echo; cat /etc/podinfo/labels')).toBe('podinfo\napp="podinfo"\ntier="front"');
+    expect(await inside('touch /etc/podinfo/x 2>&1; ls -a /etc/podinfo | grep -c "^\\.\\.[0-9]"')).toMatch(/Read-only file system\n1$/);
+    await cluster.api.patch(PODS, { namespace: 'default', name: 'podinfo' }, { metadata: { labels: { tier: 'back' } } }, { type: 'merge' });
+    // Within a sync of the pod after the watch event (the kubelet: within its sync period, about a minute).
+    const t0 = Date.now();
+    await eventually(async () => (await inside('cat /etc/podinfo/labels')) === 'app="podinfo"\ntier="back"', 30_000);
+    console.log(`downwardAPI volume updated in the container ${Date.now() - t0} ms after the label patch`);
+    await cluster.api.delete(PODS, { namespace: 'default', name: 'podinfo' });
+  });
+
   it('a static pod on containerd has a mirror pod in the API with its status', async () => {
     node.writeManifest('mirrored.yaml', busyboxPod('mirrored', 'sleep 3600'));
     const mirror = await eventually(async () => {

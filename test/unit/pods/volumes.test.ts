@@ -127,7 +127,7 @@ describe('containerMounts', () => {
   it('refuses, naming the volume: a mount of no volume, volume types it cannot set up, Memory emptyDir, an escaping subPath', async () => {
     const refuse = async (volumes: Volume[], mounts: Container['volumeMounts']) => (await rejection(containerMounts(pod(volumes), ctr(mounts), root))).message;
     expect(await refuse([], [{ name: 'x', mountPath: '/x' }])).toBe('volumeMount "x" of container app: the pod has no volume named "x"');
-    expect(await refuse([{ name: 'cfg', configMap: { name: 'app-config' } }], [{ name: 'cfg', mountPath: '/cfg' }])).toBe('volume "cfg": type configMap is not supported by nodelet (hostPath and emptyDir are)');
+    expect(await refuse([{ name: 'cfg', configMap: { name: 'app-config' } }], [{ name: 'cfg', mountPath: '/cfg' }])).toBe('volume "cfg": type configMap is not supported by nodelet (hostPath, emptyDir, downwardAPI and projected downwardAPI are)');
     expect(await refuse([{ name: 'm', emptyDir: { medium: 'Memory' } }], [{ name: 'm', mountPath: '/m' }])).toBe('volume "m": emptyDir medium Memory is not supported by nodelet');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: '../../etc' }])).toBe('volumeMount "e" of container app: subPath "../../etc" must not contain a ".." element');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: 'e' }])).toBe('volumeMount "e" of container app: mountPath "e" must be an absolute path');
