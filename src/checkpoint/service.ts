@@ -85,6 +85,8 @@ export interface CheckpointRequest {
   timeout: string[];
   /** Who asked, for the log. */
   user?: string;
+  /** The client's connection: its closing cancels the runtime calls (as the kubelet's request context). */
+  signal?: AbortSignal;
 }
 
 /** The deadline of the CRI call for a requested timeout (seconds; 0 = runtime default). */
@@ -170,7 +172,7 @@ export class CheckpointService {
     const uid = pod.metadata?.uid ?? '';
     const key = `${uid || `${namespace}/${podName}`}/${containerName}`;
     const known = uid ? statusContainerId(pod, containerName) : undefined;
-    return this.#serialized(key, () => this.#run(key, namespace, podName, containerName, uid, known, timeoutSec, req.user));
+    return this.#serialized(key, () => this.#run(key, namespace, podName, containerName, uid, known, timeoutSec, req.user, req.signal));
   }
 
   /** `GET /checkpoints`: archives newest first, without those being written right now. */
@@ -200,10 +202,10 @@ export class CheckpointService {
   }
 
   /** The newest running container of that name in the pod, as the runtime lists it now. */
-  async #runningContainer(ns: string, podName: string, containerName: string, uid: string): Promise<string> {
+  async #runningContainer(ns: string, podName: string, containerName: string, uid: string, signal: AbortSignal | undefined): Promise<string> {
     let running;
     try {
-      running = uid ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [LABEL_POD_UID]: uid, [LABEL_CONTAINER_NAME]: containerName } }) : [];
+      running = uid ? await this.#o.runtime.listContainers({ state: 'CONTAINER_RUNNING', labelSelector: { [LABEL_POD_UID]: uid, [LABEL_CONTAINER_NAME]: containerName } }, signal ? { signal } : undefined) : [];
     } catch (err) {
       throw runtimeFailure(ns, podName, containerName, err);
     }
@@ -212,9 +214,11 @@ export class CheckpointService {
     return id;
   }
 
-  async #run(key: string, ns: string, podName: string, containerName: string, uid: string, known: string | undefined, timeoutSec: number, user: string | undefined): Promise<{ items: string[] }> {
+  async #run(key: string, ns: string, podName: string, containerName: string, uid: string, known: string | undefined, timeoutSec: number, user: string | undefined, signal: AbortSignal | undefined): Promise<{ items: string[] }> {
     const started = this.#o.clock.now();
-    let containerId = known ?? (await this.#runningContainer(ns, podName, containerName, uid));
+    // A client gone while this request waited for an earlier checkpoint of the container: nothing to do.
+    if (signal?.aborted) throw new NodeletError('CANCELLED', 'the client closed the connection before the checkpoint started', {});
+    let containerId = known ?? (await this.#runningContainer(ns, podName, containerName, uid, signal));
 
     this.#ensureDir();
     const { name, issued } = await this.#reserveName(key, podName, ns, containerName);
@@ -222,14 +226,14 @@ export class CheckpointService {
     const call = (id: string) =>
       this.#o.runtime.checkpointContainer(
         { containerId: id, location, timeoutSec },
-        { deadlineMs: checkpointDeadlineMs(timeoutSec, this.#o.runtimeRequestTimeoutMs, this.#o.deadlineMarginMs ?? 5000) },
+        { deadlineMs: checkpointDeadlineMs(timeoutSec, this.#o.runtimeRequestTimeoutMs, this.#o.deadlineMarginMs ?? 5000), ...(signal ? { signal } : {}) },
       );
     try {
       try {
         await call(containerId);
       } catch (err) {
         // The status's ID may be a relist old: ask the runtime which container runs now.
-        const now = known === undefined ? undefined : await this.#runningContainer(ns, podName, containerName, uid).catch(() => undefined);
+        const now = known === undefined || signal?.aborted ? undefined : await this.#runningContainer(ns, podName, containerName, uid, signal).catch(() => undefined);
         if (now === undefined || now === containerId) throw runtimeFailure(ns, podName, containerName, err);
         this.#log.info({ namespace: ns, pod: podName, container: containerName, stale: containerId, containerId: now, err: errorMessage(err) }, 'checkpoint of the container the status showed failed; retrying with the one running now');
         // The runtime is told a path that does not exist, as for the first call.

@@ -5,12 +5,15 @@
  * - Built by the composition root once; shared by the pod workers, the runtime health
  *   loop and the checkpoint endpoint. Constructing it connects nothing: the channel
  *   connects on the first call.
- * - Every call has a deadline (requestTimeoutMs; longer for stop, pull and checkpoint)
- *   and never waits for the runtime to appear: with the socket missing or dead a call
+ * - Every call has a deadline (requestTimeoutMs; longer for stop, pull and checkpoint),
+ *   except ExecSync with timeout 0 (none, as the kubelet's: `/run`), and never waits for
+ *   the runtime to appear: with the socket missing or dead a call
  *   fails at once with UNAVAILABLE instead of hanging.
  * - A restarted runtime on the same socket is picked up by the same client: the channel
  *   (grpc-unary.ts, gRPC over node:http2, no grpc-js) connects again on the first call
  *   after its connection was lost, so that call already reaches the runtime that is back.
+ * - The calls a request handler makes on a client's behalf take a `signal` (CallOptions):
+ *   the client going cancels the call (RST_STREAM CANCEL), as the kubelet's request context does.
  * - Errors are NodeletErrors mapped in errors.ts. No retries here.
  */
 import { NodeletError } from '../errors.js';
@@ -21,6 +24,7 @@ import { MAX_MESSAGE_BYTES, UnaryChannel, GrpcError, GrpcStatus } from './grpc-u
 import { loadCriCodec, type CriMethod } from './proto.js';
 import { parseEndpoint } from './endpoint.js';
 import type {
+  CallOptions,
   CheckpointRequest,
   Container,
   ContainerStats,
@@ -111,7 +115,9 @@ export function createCriClient(opts: CriClientOptions): CriClient {
    * One unary call of CRI `method` of `service`; `decode` turns the raw answer into the
    * result (the method's response decoder by default; the raw lists keep the bytes).
    */
-  async function call<Res>(service: Service, method: string, req: object, deadlineMs = requestTimeoutMs, decode?: (b: Buffer) => unknown): Promise<Res> {
+  async function call<Res>(service: Service, method: string, req: object, o: { deadlineMs?: number | 'none'; decode?: (b: Buffer) => unknown; signal?: AbortSignal } = {}): Promise<Res> {
+    const { decode, signal } = o;
+    const deadlineMs = o.deadlineMs === 'none' ? undefined : (o.deadlineMs ?? requestTimeoutMs);
     if (closed) throw new NodeletError('CANCELLED', `${method}: CRI client closed`, { method });
     const m: CriMethod = codec.method(service, method);
     const channel = service === 'RuntimeService' ? runtimeChannel : imageChannel;
@@ -133,7 +139,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     } catch (err) {
       return done(new GrpcError(GrpcStatus.INTERNAL, `Request message serialization failure: ${err instanceof Error ? err.message : String(err)}`));
     }
-    return channel.call(m.path, body, deadlineMs).then(
+    return channel.call(m.path, body, deadlineMs, signal).then(
       (raw) => {
         let res: unknown;
         try {
@@ -147,7 +153,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     );
   }
 
-  const rt = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>('RuntimeService', method, req, deadlineMs);
+  const rt = (method: string, req: object, deadlineMs?: number | 'none', signal?: AbortSignal) => call<Record<string, unknown>>('RuntimeService', method, req, { deadlineMs, signal });
 
   // The relist's unfiltered lists: answers taken raw and decoded by ListDecoder, which hands
   // back an unchanged entry as the same frozen object as the previous answer (list-decoder.ts).
@@ -156,7 +162,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     ListContainers: new ListDecoder(codec.decoder('Container') as (b: Uint8Array) => Container),
   };
   async function rawList<K extends keyof typeof lists>(method: K): Promise<ReturnType<(typeof lists)[K]['decode']>> {
-    const raw = await call<Buffer>('RuntimeService', method, {}, requestTimeoutMs, (b) => b);
+    const raw = await call<Buffer>('RuntimeService', method, {}, { decode: (b) => b });
     try {
       return lists[method].decode(raw) as ReturnType<(typeof lists)[K]['decode']>;
     } catch (err) {
@@ -165,7 +171,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
   }
   /** The last unfiltered ListContainers answer and when it came (recentContainers). */
   let lastContainers: { at: number; items: Container[] } | undefined;
-  const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>('ImageService', method, req, deadlineMs);
+  const img = (method: string, req: object, deadlineMs?: number) => call<Record<string, unknown>>('ImageService', method, req, { deadlineMs });
 
   return {
     runtimeEndpoint,
@@ -203,10 +209,10 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       if (!res.status) throw new NodeletError('INTERNAL', `PodSandboxStatus: runtime returned no status for sandbox ${id}`, { method: 'PodSandboxStatus', id });
       return res.status as PodSandboxStatus;
     },
-    async listPodSandbox(filter?: PodSandboxFilter) {
+    async listPodSandbox(filter?: PodSandboxFilter, o?: CallOptions) {
       if (!filter) return rawList('ListPodSandbox');
       const f = filter && { id: filter.id ?? '', labelSelector: filter.labelSelector ?? {}, ...(filter.state ? { state: { state: filter.state } } : {}) };
-      const res = await rt('ListPodSandbox', f ? { filter: f } : {});
+      const res = await rt('ListPodSandbox', f ? { filter: f } : {}, undefined, o?.signal);
       return (res.items as PodSandbox[]) ?? [];
     },
     async createContainer(podSandboxId: string, config: ContainerConfig, sandboxConfig: PodSandboxConfig) {
@@ -224,7 +230,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     async removeContainer(id: string) {
       await rt('RemoveContainer', { containerId: id });
     },
-    async listContainers(filter?: ContainerFilter) {
+    async listContainers(filter?: ContainerFilter, o?: CallOptions) {
       if (!filter) {
         const items = await rawList('ListContainers');
         lastContainers = { at: performance.now(), items };
@@ -236,7 +242,7 @@ export function createCriClient(opts: CriClientOptions): CriClient {
         labelSelector: filter.labelSelector ?? {},
         ...(filter.state ? { state: { state: filter.state } } : {}),
       };
-      const res = await rt('ListContainers', f ? { filter: f } : {});
+      const res = await rt('ListContainers', f ? { filter: f } : {}, undefined, o?.signal);
       return (res.containers as Container[]) ?? [];
     },
     recentContainers(maxAgeMs: number) {
@@ -247,19 +253,21 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       if (!res.status) throw new NodeletError('INTERNAL', `ContainerStatus: runtime returned no status for container ${id}`, { method: 'ContainerStatus', id });
       return res.status as ContainerStatus;
     },
-    async execSync(id: string, cmd: string[], timeoutSec: number) {
+    async execSync(id: string, cmd: string[], timeoutSec: number, o?: CallOptions) {
       const t = Math.max(0, Math.floor(timeoutSec));
-      const res = await rt('ExecSync', { containerId: id, cmd, timeout: t }, requestTimeoutMs + t * 1000);
+      // As the kubelet's CRI client: timeout 0 sets no deadline (the call ends with the
+      // command, or with o.signal); otherwise the runtime's timeout plus runtimeRequestTimeout.
+      const res = await rt('ExecSync', { containerId: id, cmd, timeout: t }, t === 0 ? 'none' : requestTimeoutMs + t * 1000, o?.signal);
       return { stdout: Buffer.from((res.stdout as Uint8Array | undefined) ?? []), stderr: Buffer.from((res.stderr as Uint8Array | undefined) ?? []), exitCode: Number(res.exitCode ?? 0) };
     },
-    async exec(req: StreamExecRequest) {
-      return streamUrl('Exec', await rt('Exec', req));
+    async exec(req: StreamExecRequest, o?: CallOptions) {
+      return streamUrl('Exec', await rt('Exec', req, undefined, o?.signal));
     },
-    async attach(req: StreamAttachRequest) {
-      return streamUrl('Attach', await rt('Attach', req));
+    async attach(req: StreamAttachRequest, o?: CallOptions) {
+      return streamUrl('Attach', await rt('Attach', req, undefined, o?.signal));
     },
-    async portForward(podSandboxId: string, ports: number[]) {
-      return streamUrl('PortForward', await rt('PortForward', { podSandboxId, port: ports }));
+    async portForward(podSandboxId: string, ports: number[], o?: CallOptions) {
+      return streamUrl('PortForward', await rt('PortForward', { podSandboxId, port: ports }, undefined, o?.signal));
     },
     async reopenContainerLog(id: string) {
       await rt('ReopenContainerLog', { containerId: id });
@@ -272,10 +280,10 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       const res = await rt('ListPodSandboxStats', {});
       return (res.stats as PodSandboxStats[]) ?? [];
     },
-    async checkpointContainer(req: CheckpointRequest, o: { deadlineMs?: number } = {}) {
+    async checkpointContainer(req: CheckpointRequest, o: { deadlineMs?: number } & CallOptions = {}) {
       const timeoutSec = Math.max(0, Math.floor(req.timeoutSec));
       const deadlineMs = o.deadlineMs ?? Math.max(requestTimeoutMs, timeoutSec * 1000);
-      await rt('CheckpointContainer', { containerId: req.containerId, location: req.location, timeout: timeoutSec }, deadlineMs);
+      await rt('CheckpointContainer', { containerId: req.containerId, location: req.location, timeout: timeoutSec }, deadlineMs, o.signal);
     },
 
     async imageStatus(image: string) {

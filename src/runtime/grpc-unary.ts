@@ -13,6 +13,9 @@
  *   length) + message; status from the trailers, or from the headers of a trailers-only
  *   answer; an HTTP status other than 200 mapped as the spec says.
  * - The session never keeps the process alive by itself; a pending call's deadline timer does.
+ * - A call can be cancelled (an AbortSignal): the stream is reset with CANCEL, so the
+ *   runtime's handler sees its context cancelled (containerd's ExecSync then kills the
+ *   process it started).
  * - Errors are GrpcError: numeric `code` and `details`, what fromGrpcError (errors.ts) reads.
  */
 import http2 from 'node:http2';
@@ -138,10 +141,12 @@ export class UnaryChannel {
 
   /**
    * One unary call: `body` is the serialized request, the answer the serialized response.
-   * Rejects with GrpcError.
+   * Rejects with GrpcError. `deadlineMs` undefined: no deadline (the call ends with its
+   * answer or `signal`). `signal` aborting ends the call at once with CANCELLED and resets
+   * the stream (RST_STREAM CANCEL), which a Go gRPC server sees as its context cancelled.
    */
-  call(path: string, body: Uint8Array, deadlineMs: number): Promise<Buffer> {
-    return this.#call(path, body, { deadlineMs });
+  call(path: string, body: Uint8Array, deadlineMs: number | undefined, signal?: AbortSignal): Promise<Buffer> {
+    return this.#call(path, body, { ...(deadlineMs !== undefined ? { deadlineMs } : {}), ...(signal ? { signal } : {}) });
   }
 
   /**

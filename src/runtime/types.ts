@@ -19,6 +19,7 @@ export type NamespaceMode = 'POD' | 'CONTAINER' | 'NODE' | 'TARGET';
 export type Protocol = 'TCP' | 'UDP' | 'SCTP';
 export type MountPropagation = 'PROPAGATION_PRIVATE' | 'PROPAGATION_HOST_TO_CONTAINER' | 'PROPAGATION_BIDIRECTIONAL';
 export type SecurityProfileType = 'RuntimeDefault' | 'Unconfined' | 'Localhost';
+export type SupplementalGroupsPolicy = 'Merge' | 'Strict';
 export type PodSandboxState = 'SANDBOX_READY' | 'SANDBOX_NOTREADY';
 export type ContainerState = 'CONTAINER_CREATED' | 'CONTAINER_RUNNING' | 'CONTAINER_EXITED' | 'CONTAINER_UNKNOWN';
 
@@ -116,6 +117,7 @@ export interface LinuxSandboxSecurityContext {
   runAsGroup?: Int64Value;
   readonlyRootfs?: boolean;
   supplementalGroups?: number[];
+  supplementalGroupsPolicy?: SupplementalGroupsPolicy;
   privileged?: boolean;
   seccomp?: SecurityProfile;
   apparmor?: SecurityProfile;
@@ -177,11 +179,14 @@ export interface LinuxContainerSecurityContext {
   runAsUsername?: string;
   readonlyRootfs?: boolean;
   supplementalGroups?: number[];
+  supplementalGroupsPolicy?: SupplementalGroupsPolicy;
   noNewPrivs?: boolean;
   maskedPaths?: string[];
   readonlyPaths?: string[];
   seccomp?: SecurityProfile;
   apparmor?: SecurityProfile;
+  /** Deprecated string form of `apparmor` (runtime/default, unconfined, localhost/<name>): what containerd 1.6 reads. */
+  apparmorProfile?: string;
 }
 
 export interface ContainerMetadata {
@@ -297,6 +302,15 @@ export interface Image {
   pinned: boolean;
 }
 
+/**
+ * What a call made on a client's behalf (an HTTPS request handler) passes: `signal` aborts
+ * when the client goes, and the call ends at once with CANCELLED (the runtime sees its
+ * request cancelled), as the kubelet passes its request's context down to the CRI call.
+ */
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
 /** The CRI RuntimeService as nodelet uses it. Every call has a deadline (the client's requestTimeoutMs unless noted). */
 export interface RuntimeService {
   version(): Promise<VersionInfo>;
@@ -316,7 +330,7 @@ export interface RuntimeService {
   removePodSandbox(id: string): Promise<void>;
   /** NOT_FOUND for an unknown ID. */
   podSandboxStatus(id: string): Promise<PodSandboxStatus>;
-  listPodSandbox(filter?: PodSandboxFilter): Promise<PodSandbox[]>;
+  listPodSandbox(filter?: PodSandboxFilter, opts?: CallOptions): Promise<PodSandbox[]>;
   /** Returns the container ID. `sandboxConfig` must be the config the sandbox was run with. */
   createContainer(podSandboxId: string, config: ContainerConfig, sandboxConfig: PodSandboxConfig): Promise<string>;
   startContainer(id: string): Promise<void>;
@@ -324,7 +338,7 @@ export interface RuntimeService {
   stopContainer(id: string, timeoutSec: number): Promise<void>;
   /** OK for an unknown ID; a running container is killed first. */
   removeContainer(id: string): Promise<void>;
-  listContainers(filter?: ContainerFilter): Promise<Container[]>;
+  listContainers(filter?: ContainerFilter, opts?: CallOptions): Promise<Container[]>;
   /**
    * The last unfiltered `listContainers()` answer (the pod relist's) when it came at most
    * `maxAgeMs` ago, else undefined: for readers that can use a list that old instead of
@@ -334,26 +348,28 @@ export interface RuntimeService {
   /** NOT_FOUND for an unknown ID. */
   containerStatus(id: string): Promise<ContainerStatus>;
   /**
-   * Runs `cmd` in a running container and waits up to `timeoutSec` (0: none) for it; the
-   * call's deadline covers that timeout. A command that runs and fails is an answer (its
-   * exit code), not an error.
+   * Runs `cmd` in a running container and waits up to `timeoutSec` for it; the call's
+   * deadline is requestTimeoutMs + that timeout. `timeoutSec` 0: no timeout and no deadline,
+   * as the kubelet's CRI client (its `/run`): the call ends with the command or with
+   * `opts.signal` (containerd then kills the command). A command that runs and fails is an
+   * answer (its exit code), not an error.
    */
-  execSync(id: string, cmd: string[], timeoutSec: number): Promise<ExecSyncResult>;
+  execSync(id: string, cmd: string[], timeoutSec: number, opts?: CallOptions): Promise<ExecSyncResult>;
   /**
    * Asks the runtime to write a checkpoint archive of a running container at
    * `req.location`. The call's deadline is `opts.deadlineMs` when given, else the larger
    * of requestTimeoutMs and `req.timeoutSec`. containerd 1.6: UNIMPLEMENTED.
    */
-  checkpointContainer(req: CheckpointRequest, opts?: { deadlineMs?: number }): Promise<void>;
+  checkpointContainer(req: CheckpointRequest, opts?: { deadlineMs?: number } & CallOptions): Promise<void>;
   /**
    * CRI Exec, Attach, PortForward: the URL of the runtime's streaming server for one
    * session (containerd: `http://127.0.0.1:<port>/exec/<token>`, valid for one use within
    * about a minute), which the node agent proxies the client's upgraded connection to.
    * Optional for fakes.
    */
-  exec?(req: StreamExecRequest): Promise<string>;
-  attach?(req: StreamAttachRequest): Promise<string>;
-  portForward?(podSandboxId: string, ports: number[]): Promise<string>;
+  exec?(req: StreamExecRequest, opts?: CallOptions): Promise<string>;
+  attach?(req: StreamAttachRequest, opts?: CallOptions): Promise<string>;
+  portForward?(podSandboxId: string, ports: number[], opts?: CallOptions): Promise<string>;
   /** CRI ReopenContainerLog: the runtime reopens the container's log file (after a rotation). Optional for fakes. */
   reopenContainerLog?(id: string): Promise<void>;
   /** CRI ListContainerStats: usage of the runtime's containers (containerd 1.6: every container it has, cpu, memory and writable layer; swap null). Optional for fakes. */

@@ -11,7 +11,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { errorMessage } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
-import { answerClientError, serverLimits } from './http-hardening.js';
+import { answerClientError, answerRaw, serverLimits } from './http-hardening.js';
 import { parseRequestTarget, type RequestTarget } from './request-target.js';
 import { renderHealthz, type HealthRegistry } from '../health/checks.js';
 
@@ -35,6 +35,19 @@ export class HealthzServer {
       });
     });
     this.#server.on('clientError', answerClientError(this.#log, limits.maxHeaderSize));
+    // CONNECT reaches only a 'connect' listener (without one Node drops the connection
+    // unanswered): the answer any other method /healthz does not serve gets.
+    this.#server.on('connect', (req: http.IncomingMessage, socket: import('node:stream').Duplex) => {
+      socket.on('error', () => undefined);
+      let target: RequestTarget;
+      try {
+        target = parseRequestTarget(req.url);
+      } catch (err) {
+        return answerRaw(socket, 400, 'Bad Request', `400 bad request: ${errorMessage(err)}\n`);
+      }
+      if (target.segments[0] !== 'healthz' || target.segments.length > 2) return answerRaw(socket, 404, 'Not Found', '404 page not found\n');
+      answerRaw(socket, 405, 'Method Not Allowed', 'method not allowed\n', { Allow: 'GET, HEAD' });
+    });
   }
 
   async #handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {

@@ -60,11 +60,24 @@ export function answerClientError(log: Logger, maxHeaderSize: number) {
     }
     const { status, phrase, body } = clientErrorStatus(err, maxHeaderSize);
     log.debug({ err: err.message, code: err.code, status }, 'malformed request refused');
-    const head = `HTTP/1.1 ${status} ${phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n`;
-    socket.end(head + body);
-    // A peer that does not read must not hold the socket: give the answer a moment, then drop it.
-    const t = setTimeout(() => socket.destroy(), 2_000);
-    t.unref();
-    socket.once('close', () => clearTimeout(t));
+    answerRaw(socket, status, phrase, body);
   };
+}
+
+/**
+ * Writes a whole plain-text answer on a raw socket (no ServerResponse: a parser error, a
+ * CONNECT) and closes the connection. `headers`: lines nodelet chose, never input.
+ */
+export function answerRaw(socket: Duplex, status: number, phrase: string, body: string, headers: Record<string, string> = {}): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const more = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  const head = `HTTP/1.1 ${status} ${phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n${more}Connection: close\r\n\r\n`;
+  socket.end(head + body);
+  // A peer that does not read must not hold the socket: give the answer a moment, then drop it.
+  const t = setTimeout(() => socket.destroy(), 2_000);
+  t.unref();
+  socket.once('close', () => clearTimeout(t));
 }

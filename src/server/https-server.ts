@@ -32,6 +32,7 @@ import crypto from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { NodeletError, errorMessage } from '../errors.js';
 import { renderHealthz, type HealthRegistry } from '../health/checks.js';
@@ -117,6 +118,12 @@ interface RequestContext {
   segments: string[];
   query: URLSearchParams;
   user?: UserInfo;
+  /**
+   * Aborts when the client's connection closes before the answer is complete: what a
+   * handler passes to the runtime calls it makes for this client, so they end with it (the
+   * kubelet's request context). Shared reads (stats snapshots) do not take it.
+   */
+  signal: AbortSignal;
 }
 
 /** A stream's `write` resolves when the client can take more (backpressure), at once otherwise. */
@@ -206,7 +213,7 @@ function nodeRouter(o: NodeServerOptions): Router {
       if (rest.length > 3) {
         throw new NodeletError('INVALID_ARGUMENT', `expected /checkpoint/<namespace>/<pod>/<container>: the path has ${rest.length} segments after /checkpoint`, { param: 'path' });
       }
-      const result = await cp.checkpoint({ namespace: rest[0], pod: rest[1], container: rest[2], timeout: ctx.query.getAll('timeout'), ...(ctx.user ? { user: ctx.user.username } : {}) });
+      const result = await cp.checkpoint({ namespace: rest[0], pod: rest[1], container: rest[2], timeout: ctx.query.getAll('timeout'), ...(ctx.user ? { user: ctx.user.username } : {}), signal: ctx.signal });
       return { status: 200, json: result };
     },
   };
@@ -237,7 +244,7 @@ function nodeRouter(o: NodeServerOptions): Router {
         const r = parseStreamRequest(kind, ctx.segments.slice(1), ctx.query);
         // exec, attach, portForward arrive here only without an upgrade (those go to the 'upgrade' listener).
         if (kind !== 'run') throw new NodeletError('INVALID_ARGUMENT', `Upgrade request required: /${kind} is served as an upgraded (SPDY or WebSocket) connection`, { param: 'Upgrade' });
-        const out = await st.run(r);
+        const out = await st.run(r, ctx.signal);
         return { status: 200, stream: async (write) => void (await write(out)) };
       },
     };
@@ -337,18 +344,67 @@ async function sendStream(res: http.ServerResponse, reply: Extract<Reply, { stre
   }
 }
 
+/** What the HTTPS port checks of every request (absent on the read-only port). */
+interface ServerAuth {
+  authenticator: Authenticator;
+  authorizer: Authorizer;
+  nodeName: string;
+  /** A client CA is configured: client certificates are read. */
+  x509: boolean;
+}
+
+/** Authenticates the request and authorizes `method` on `rawPath`; throws UNAUTHENTICATED or FORBIDDEN. */
+async function admit(req: http.IncomingMessage, method: string, rawPath: string, auth: ServerAuth): Promise<UserInfo> {
+  const creds: Credentials = {
+    ...(auth.x509 ? { peerCertificate: peerCertificate(req) } : {}),
+    ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
+  };
+  const user = await auth.authenticator.authenticate(creds);
+  await authorizeRequest(auth.authorizer, user, requestAttributes(method, rawPath, auth.nodeName));
+  return user;
+}
+
+/**
+ * `CONNECT` requests. Node hands them to a `connect` listener with the raw socket (none:
+ * the connection is dropped unanswered), so they get one here: the answer any method no
+ * route serves gets (the target judged, then authentication and authorization on the
+ * HTTPS port, then 404 for a path no route serves, 405 with `Allow` for one that is), and
+ * the connection closes. The kubelet's server (Go net/http, go-restful) answers a CONNECT
+ * to a served path the same 405 after its authentication filter, and 404 to others; an
+ * authority-form target (`CONNECT host:443`) is refused 400 by the target check, like every
+ * target that is not a path (Go's mux answers it 404).
+ */
+function connectHandler(router: Router, log: Logger, auth?: ServerAuth) {
+  return (req: http.IncomingMessage, socket: Duplex): void => {
+    socket.on('error', (err) => log.debug({ err: err.message }, 'CONNECT: client connection error'));
+    const method = 'CONNECT';
+    (async (): Promise<{ status: FailureStatus; headers?: Record<string, string> }> => {
+      const target = parseRequestTarget(req.url);
+      if (auth) await admit(req, method, target.rawPath, auth);
+      const route = router(target.segments);
+      if (!route) return { status: routeNotFound() };
+      return { status: methodNotAllowed(method, route.methods), headers: { Allow: route.methods.join(', ') } };
+    })()
+      .catch((err: unknown): { status: FailureStatus; headers?: Record<string, string> } => ({ status: statusFor(err) }))
+      .then(({ status, headers }) => {
+        log.debug({ method, path: (req.url ?? '').slice(0, 200), code: status.code }, 'request refused');
+        writeFailure(socket, status.code, status.message, status.reason, headers);
+      });
+  };
+}
+
 /** The request pipeline shared by both servers; `auth` absent = the read-only port. */
-function makeHandler(
-  router: Router,
-  log: Logger,
-  auth?: { authenticator: Authenticator; authorizer: Authorizer; nodeName: string; x509: boolean },
-): http.RequestListener {
+function makeHandler(router: Router, log: Logger, auth?: ServerAuth): http.RequestListener {
   return (req, res) => {
     const method = (req.method ?? 'GET').toUpperCase();
     // Bodies are not used by any route; drain so keep-alive connections stay usable.
     req.resume();
     const headOnly = method === 'HEAD';
     let rawPath = (req.url ?? '').slice(0, 200);
+    // The client leaving (its connection closed before the answer ended) cancels what the
+    // handler is doing for it. After the answer 'close' comes too; aborting then changes nothing.
+    const client = new AbortController();
+    res.once('close', () => client.abort());
     (async () => {
       let user: UserInfo | undefined;
       try {
@@ -356,20 +412,19 @@ function makeHandler(
         const target: RequestTarget = parseRequestTarget(req.url);
         rawPath = target.rawPath;
         const { segments, query } = target;
-        if (auth) {
-          const creds: Credentials = {
-            ...(auth.x509 ? { peerCertificate: peerCertificate(req) } : {}),
-            ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
-          };
-          user = await auth.authenticator.authenticate(creds);
-          await authorizeRequest(auth.authorizer, user, requestAttributes(method, rawPath, auth.nodeName));
-        }
+        if (auth) user = await admit(req, method, rawPath, auth);
         const route = router(segments);
         if (!route) return send(res, routeNotFound(), headOnly);
         if (!route.methods.includes(method)) return send(res, methodNotAllowed(method, route.methods), headOnly, { Allow: route.methods.join(', ') });
-        const reply = await route.handle({ method, segments, query, ...(user ? { user } : {}) });
+        const reply = await route.handle({ method, segments, query, ...(user ? { user } : {}), signal: client.signal });
         await send(res, reply, headOnly);
       } catch (err) {
+        if (client.signal.aborted && !res.headersSent) {
+          // The client left before its answer: the handler stopped for it; nobody reads a status.
+          log.debug({ method, path: rawPath, user: user?.username, err: errorMessage(err) }, 'client closed the connection before the answer');
+          res.destroy();
+          return;
+        }
         const status = statusFor(err);
         const fields = { method, path: rawPath, user: user?.username, code: status.code, err: errorMessage(err), details: err instanceof NodeletError ? err.details : undefined };
         if (status.code >= 500) log.warn(fields, 'request failed');
@@ -431,6 +486,8 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
   const log = (o.logger ?? silentLogger()).child({ component: 'https-server' });
   // 32 KiB of headers: room for the largest bearer tokens (OIDC with many groups).
   const limits = serverLimits(32 * 1024);
+  const router = nodeRouter(o);
+  const auth: ServerAuth = { authenticator: o.authenticator, authorizer: o.authorizer, nodeName: o.nodeName, x509: !!o.tls.clientCA };
   const server = https.createServer(
     {
       ...limits,
@@ -447,11 +504,12 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
           { ca: o.tls.clientCA, requestCert: true, rejectUnauthorized: false }
         : {}),
     },
-    makeHandler(nodeRouter(o), log, { authenticator: o.authenticator, authorizer: o.authorizer, nodeName: o.nodeName, x509: !!o.tls.clientCA }),
+    makeHandler(router, log, auth),
   );
+  server.on('connect', connectHandler(router, log, auth));
   const st = o.streaming;
   if (!st) return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
-  server.on('upgrade', upgradeHandler(st, log, o));
+  server.on('upgrade', upgradeHandler(st, log, auth));
   const lc = lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
   // Sessions are not requests: the server's graceful close would wait for them for hours.
   return { start: () => lc.start(), stop: () => (st.closeAll(), lc.stop()) };
@@ -462,27 +520,32 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
  * then `/exec`, `/attach`, `/portForward` are proxied to the runtime (streaming.ts). Any
  * other path answers 400: nothing else is served upgraded.
  */
-function upgradeHandler(st: StreamingService, log: Logger, o: NodeServerOptions) {
-  return (req: http.IncomingMessage, socket: import('node:stream').Duplex, head: Buffer): void => {
+function upgradeHandler(st: StreamingService, log: Logger, auth: ServerAuth) {
+  return (req: http.IncomingMessage, socket: Duplex, head: Buffer): void => {
     const method = (req.method ?? 'GET').toUpperCase();
     let rawPath = (req.url ?? '').slice(0, 200);
     socket.on('error', (err) => log.debug({ err: err.message }, 'upgrade: client connection error'));
+    // The client leaving while nodelet asks the runtime for a session cancels that call.
+    const client = new AbortController();
+    socket.once('close', () => client.abort());
     (async () => {
       const target = parseRequestTarget(req.url);
       rawPath = target.rawPath;
-      const creds: Credentials = {
-        ...(o.tls.clientCA ? { peerCertificate: peerCertificate(req) } : {}),
-        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
-      };
-      const user = await o.authenticator.authenticate(creds);
-      await authorizeRequest(o.authorizer, user, requestAttributes(method, rawPath, o.nodeName));
+      const user = await admit(req, method, rawPath, auth);
       const [kind, ...rest] = target.segments;
       if (!isStreamKind(kind) || kind === 'run') throw new NodeletError('INVALID_ARGUMENT', `${target.segments[0] ? `/${target.segments[0]}` : 'this path'} is not served as an upgraded connection`, { param: 'Upgrade' });
       if (method !== 'GET' && method !== 'POST') throw new NodeletError('INVALID_ARGUMENT', `method ${method} cannot open a stream (GET or POST)`, { param: 'method' });
-      const url = await st.streamUrl(parseStreamRequest(kind, rest, target.query));
+      const url = await st.streamUrl(parseStreamRequest(kind, rest, target.query), client.signal);
+      // Gone while the runtime answered: the session URL is left unused (it expires in the runtime).
+      if (client.signal.aborted) return;
       log.debug({ method, path: rawPath, user: user.username }, 'streaming session');
       await st.proxy(req, socket, head, url);
     })().catch((err: unknown) => {
+      if (client.signal.aborted) {
+        log.debug({ method, path: rawPath, err: errorMessage(err) }, 'upgrade: client closed the connection before the session');
+        socket.destroy();
+        return;
+      }
       const status = statusFor(err);
       const fields = { method, path: rawPath, code: status.code, err: errorMessage(err) };
       if (status.code >= 500) log.warn(fields, 'upgrade request failed');
@@ -502,5 +565,6 @@ export function createReadOnlyServer(o: ReadOnlyServerOptions): NodeServer {
     observabilityRoute(obs, segments) ?? (segments.length === 1 && (segments[0] === 'healthz' || segments[0] === 'pods') ? common[segments[0]] : undefined);
   const limits = serverLimits();
   const server = http.createServer(limits, makeHandler(router, log));
+  server.on('connect', connectHandler(router, log));
   return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
 }

@@ -29,6 +29,7 @@ import type http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError, errorMessage } from '../errors.js';
+import { realClock, type Clock } from '../clock.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { PodLookup } from '../pods/lookup.js';
 import type { RuntimeService } from '../runtime/types.js';
@@ -67,6 +68,11 @@ export interface StreamRequest {
   /** portForward: the `port` parameters (may be empty: SPDY clients name ports per stream). */
   ports?: number[];
 }
+
+/** Client bytes held while the runtime has not answered an upgrade; beyond, the client is not read until it has. */
+const MAX_EARLY_BYTES = 64 * 1024;
+/** Longest response head accepted from the runtime's streaming server. */
+const MAX_ANSWER_HEAD_BYTES = 64 * 1024;
 
 /** Longest command line accepted, in elements and bytes (bounded like every other input). */
 const MAX_COMMAND_ARGS = 1024;
@@ -158,7 +164,75 @@ export interface StreamingServiceOptions {
   pods: PodLookup;
   /** streamingConnectionIdleTimeout, ms: a session with no traffic this long is closed. */
   idleTimeoutMs: number;
+  /** `/run` commands counted as starting at once (default RUN_STARTING_MAX), and for how long after their call began (default RUN_START_WINDOW_MS). */
+  runStart?: { max: number; windowMs: number };
+  /** Times the start window (tests: a VirtualClock). */
+  clock?: Clock;
   logger?: Logger;
+}
+
+/**
+ * `/run` and containerd 1.6 (measured here, 1.6.20): an ExecSync cancelled once its command
+ * runs has the command killed (containerd's ExecSync kills it when its context ends), but
+ * one cancelled while the runtime is still starting the command leaves it running for
+ * good: the cancel lands before the start, the kill finds no process, and the start then
+ * completes (30 clients leaving after 1 s left 18 commands; 1 client leaving after 20, 50
+ * or 100 ms left its command each time; leaving after 1 s, none). So nodelet lets at most
+ * RUN_STARTING_MAX `/run` calls be starting at once (a call counts as starting for
+ * RUN_START_WINDOW_MS, or until it ends) and queues the others; a client that leaves while
+ * queued never reaches the runtime, and one that leaves while its call is starting has
+ * the call cancelled at the end of the window, when the command runs. Throughput: quick
+ * commands are not held back (a slot frees when its call ends); long ones start at
+ * RUN_STARTING_MAX per RUN_START_WINDOW_MS.
+ */
+export const RUN_STARTING_MAX = 4;
+export const RUN_START_WINDOW_MS = 2000;
+
+/** A counting gate: at most `max` holders; waiters in arrival order; a waiter whose signal aborts leaves the queue. */
+class StartGate {
+  #held = 0;
+  readonly #waiters: { go: () => void }[] = [];
+  constructor(readonly max: number) {}
+
+  /** Resolves a release function (idempotent) once a place is free; rejects CANCELLED when `signal` aborts first. */
+  enter(signal: AbortSignal | undefined): Promise<() => void> {
+    const release = () => {
+      let done = false;
+      return () => {
+        if (done) return;
+        done = true;
+        this.#held--;
+        this.#waiters.shift()?.go();
+      };
+    };
+    if (this.#held < this.max && this.#waiters.length === 0) {
+      this.#held++;
+      return Promise.resolve(release());
+    }
+    return new Promise((resolve, reject) => {
+      const gone = () => new NodeletError('CANCELLED', 'the client closed the connection before the command was started', {});
+      if (signal?.aborted) return reject(gone());
+      const waiter = {
+        go: () => {
+          signal?.removeEventListener('abort', onAbort);
+          this.#held++;
+          resolve(release());
+        },
+      };
+      const onAbort = () => {
+        const i = this.#waiters.indexOf(waiter);
+        if (i >= 0) this.#waiters.splice(i, 1);
+        reject(gone());
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#waiters.push(waiter);
+    });
+  }
+
+  /** Calls starting now, and calls queued (tests). */
+  get counts(): { starting: number; queued: number } {
+    return { starting: this.#held, queued: this.#waiters.length };
+  }
 }
 
 /** An open proxied session, for stop(). */
@@ -175,11 +249,17 @@ export class StreamingService {
   readonly idleTimeoutMs: number;
   readonly #log: Logger;
   readonly #sessions = new Set<Session>();
+  readonly #runGate: StartGate;
+  readonly #runWindowMs: number;
+  readonly #clock: Clock;
 
   constructor(private readonly o: StreamingServiceOptions) {
     if (!(o.idleTimeoutMs >= 0)) throw new NodeletError('INVALID_ARGUMENT', `idleTimeoutMs must be >= 0, got ${o.idleTimeoutMs}`, { param: 'streamingConnectionIdleTimeout' });
     this.idleTimeoutMs = o.idleTimeoutMs;
     this.#log = (o.logger ?? silentLogger()).child({ component: 'streaming' });
+    this.#runGate = new StartGate(Math.max(1, o.runStart?.max ?? RUN_STARTING_MAX));
+    this.#runWindowMs = Math.max(0, o.runStart?.windowMs ?? RUN_START_WINDOW_MS);
+    this.#clock = o.clock ?? realClock;
   }
 
   /** Open sessions (tests, metrics). */
@@ -187,33 +267,69 @@ export class StreamingService {
     return this.#sessions.size;
   }
 
-  /** The runtime's streaming URL for an exec, attach or portForward request. */
-  async streamUrl(r: StreamRequest): Promise<string> {
+  /** `/run` calls counted as starting, and those queued behind them (tests). */
+  get runs(): { starting: number; queued: number } {
+    return this.#runGate.counts;
+  }
+
+  /**
+   * The runtime's streaming URL for an exec, attach or portForward request. `signal`: the
+   * client's connection; its closing cancels the runtime calls.
+   */
+  async streamUrl(r: StreamRequest, signal?: AbortSignal): Promise<string> {
     const rt = this.o.runtime;
+    const call = signal ? { signal } : undefined;
     const pod = findPod(this.o.pods, r.target);
     if (r.kind === 'portForward') {
       if (!rt.portForward) throw new NodeletError('UNIMPLEMENTED', 'the container runtime does not implement PortForward', {});
       const uid = pod.metadata?.uid ?? '';
-      const ready = await rt.listPodSandbox({ labelSelector: { 'io.kubernetes.pod.uid': uid }, state: 'SANDBOX_READY' });
+      const ready = await rt.listPodSandbox({ labelSelector: { 'io.kubernetes.pod.uid': uid }, state: 'SANDBOX_READY' }, call);
       const sandbox = ready.sort((a, b) => b.createdAt - a.createdAt)[0];
       if (!sandbox) throw new NodeletError('INVALID_ARGUMENT', `pod "${r.target.pod}" in namespace "${r.target.namespace}" has no ready sandbox`, { param: 'pod' });
-      return rt.portForward(sandbox.id, r.ports ?? []);
+      return rt.portForward(sandbox.id, r.ports ?? [], call);
     }
     const id = runningContainerId(pod, r.target.container!);
     const o = r.options!;
     if (r.kind === 'exec') {
       if (!rt.exec) throw new NodeletError('UNIMPLEMENTED', 'the container runtime does not implement Exec', {});
-      return rt.exec({ containerId: id, cmd: o.cmd, tty: o.tty, stdin: o.stdin, stdout: o.stdout, stderr: o.stderr });
+      return rt.exec({ containerId: id, cmd: o.cmd, tty: o.tty, stdin: o.stdin, stdout: o.stdout, stderr: o.stderr }, call);
     }
     if (!rt.attach) throw new NodeletError('UNIMPLEMENTED', 'the container runtime does not implement Attach', {});
-    return rt.attach({ containerId: id, tty: o.tty, stdin: o.stdin, stdout: o.stdout, stderr: o.stderr });
+    return rt.attach({ containerId: id, tty: o.tty, stdin: o.stdin, stdout: o.stdout, stderr: o.stderr }, call);
   }
 
-  /** `/run`: ExecSync without a timeout; stdout then stderr, as the kubelet's RunInContainer. */
-  async run(r: StreamRequest): Promise<Buffer> {
+  /**
+   * `/run`: ExecSync with timeout 0, so without a deadline, as the kubelet's RunInContainer;
+   * stdout then stderr. `signal` (the client's connection) cancels the call, and containerd
+   * then kills the command: a command does not outlive its client (see RUN_START_WINDOW_MS
+   * for when the cancel is sent). Every runtime failure (output over the 16 MiB message
+   * limit, the runtime away, ...) is INTERNAL, so 500 with the runtime's message, as the
+   * kubelet's getRun answers 500 to whatever RunInContainer returns.
+   */
+  async run(r: StreamRequest, signal?: AbortSignal): Promise<Buffer> {
     const pod = findPod(this.o.pods, r.target);
     const id = runningContainerId(pod, r.target.container!);
-    const res = await this.o.runtime.execSync(id, r.options!.cmd, 0);
+    const release = await this.#runGate.enter(signal);
+    // The start window: it ends after windowMs, or when the call ends (`ended` aborts the wait).
+    const ended = new AbortController();
+    const started = this.#runWindowMs > 0 ? this.#clock.sleep(this.#runWindowMs, ended.signal).then(() => true, () => false) : Promise.resolve(true);
+    void started.then(release);
+    // The client leaving cancels the call, once the command is past its start.
+    const cancel = new AbortController();
+    const onLeave = () => void started.then(() => cancel.abort());
+    if (signal?.aborted) onLeave();
+    else signal?.addEventListener('abort', onLeave, { once: true });
+    let res;
+    try {
+      res = await this.o.runtime.execSync(id, r.options!.cmd, 0, signal ? { signal: cancel.signal } : undefined);
+    } catch (err) {
+      if (err instanceof NodeletError && err.code === 'CANCELLED') throw err;
+      throw new NodeletError('INTERNAL', `running ${JSON.stringify(r.options!.cmd.join(' ').slice(0, 200))} in container "${r.target.container}": ${errorMessage(err)}`, { method: 'ExecSync' }, { cause: err });
+    } finally {
+      signal?.removeEventListener('abort', onLeave);
+      ended.abort();
+      release();
+    }
     return Buffer.concat([res.stdout, res.stderr]);
   }
 
@@ -221,6 +337,14 @@ export class StreamingService {
    * Forwards the client's upgrade request to `url` and pipes the two connections. `head`:
    * bytes the client sent after its request head. Resolves once the upstream connection is
    * made (or failed: then the client got a 502 and is closed); never rejects.
+   *
+   * Nothing the client sends after its request reaches the runtime unless the runtime
+   * accepts the upgrade: those bytes (`head`, then whatever arrives before the runtime's
+   * answer; past 64 KiB the client is no longer read) are held until the runtime's response
+   * head, sent on after a 101, dropped after anything else. A refusal (say 403 for a
+   * protocol the runtime does not speak) reaches the client unchanged; the connection then
+   * ends once the refusal's body (its Content-Length) has been relayed, or when either side
+   * closes.
    */
   proxy(req: http.IncomingMessage, client: Duplex, head: Buffer, url: string): Promise<void> {
     const log = this.#log;
@@ -243,6 +367,8 @@ export class StreamingService {
       const session: Session = { client, upstream };
       let open = false;
       let closed = false;
+      /** 'head' until the runtime's response head is read; then 'upgraded' (101) or 'refused'. */
+      let phase: 'head' | 'upgraded' | 'refused' = 'head';
       const close = () => {
         if (closed) return;
         closed = true;
@@ -255,6 +381,60 @@ export class StreamingService {
           upstream.destroy();
         }, 1000).unref();
       };
+
+      // The client's bytes before the runtime's answer: held, never sent ahead of a 101.
+      const early: Buffer[] = head.length > 0 ? [head] : [];
+      let earlyBytes = head.length;
+      const onEarly = (d: Buffer) => {
+        early.push(d);
+        earlyBytes += d.length;
+        if (earlyBytes > MAX_EARLY_BYTES) client.pause();
+      };
+      client.on('data', onEarly);
+      if (earlyBytes > MAX_EARLY_BYTES) client.pause();
+
+      // The runtime's response head, read before anything of the client goes upstream.
+      let answer: Buffer = Buffer.alloc(0);
+      const onAnswer = (d: Buffer) => {
+        answer = answer.length === 0 ? d : Buffer.concat([answer, d]);
+        const end = answer.indexOf('\r\n\r\n');
+        if (end < 0) {
+          if (answer.length > MAX_ANSWER_HEAD_BYTES) {
+            phase = 'refused';
+            upstream.off('data', onAnswer);
+            writeFailure(client, 502, `the runtime's streaming server answered a response head over ${MAX_ANSWER_HEAD_BYTES} bytes`);
+            close();
+          }
+          return;
+        }
+        upstream.off('data', onAnswer);
+        client.off('data', onEarly);
+        const headText = answer.subarray(0, end).toString('latin1');
+        if (/^HTTP\/1\.[01] 101[ \r]/.test(headText + '\r')) {
+          phase = 'upgraded';
+          client.write(answer);
+          for (const b of early.splice(0)) upstream.write(b);
+          upstream.pipe(client);
+          client.pipe(upstream);
+          return;
+        }
+        // Refused: the answer reaches the client; what the client sent is dropped, and so is
+        // whatever it sends until the connection ends (read, so that its closing is seen).
+        phase = 'refused';
+        early.length = 0;
+        client.on('data', () => undefined);
+        client.resume();
+        client.write(answer);
+        const length = /\r\ncontent-length:[ \t]*(\d{1,15})[ \t]*(?=\r\n|$)/i.exec(headText)?.[1];
+        let remaining = length === undefined ? Infinity : Number(length) - (answer.length - end - 4);
+        if (remaining <= 0) return close();
+        upstream.on('data', (more: Buffer) => {
+          client.write(more);
+          remaining -= more.length;
+          if (remaining <= 0) close();
+        });
+      };
+
       upstream.once(connected, () => {
         if (closed) {
           upstream.destroy();
@@ -263,10 +443,8 @@ export class StreamingService {
         }
         open = true;
         this.#sessions.add(session);
+        upstream.on('data', onAnswer);
         upstream.write(requestHead(req, u));
-        if (head.length > 0) upstream.write(head);
-        upstream.pipe(client);
-        client.pipe(upstream);
         if (this.idleTimeoutMs > 0) {
           // Reads and writes both count as activity; a session quiet on both sides ends.
           for (const s of [client, upstream] as (Duplex & { setTimeout?: (ms: number, cb?: () => void) => void })[]) {
@@ -295,7 +473,11 @@ export class StreamingService {
         if (!open) upstream.destroy();
         close();
       });
-      upstream.on('close', close);
+      upstream.on('close', () => {
+        // The runtime went away before answering: the client still gets an answer.
+        if (open && phase === 'head' && !closed) writeFailure(client, 502, "the runtime's streaming server closed the connection without answering");
+        close();
+      });
       client.on('close', () => {
         if (!open) {
           upstream.destroy();
@@ -331,14 +513,18 @@ export function requestHead(req: Pick<http.IncomingMessage, 'method' | 'rawHeade
   return `${lines.join('\r\n')}\r\n\r\n`;
 }
 
-/** Answers a failure on a raw socket (before any upgrade) with a Status body, and closes it. */
-export function writeFailure(socket: Duplex, code: number, message: string, reason = REASONS[code] ?? 'InternalError'): void {
+/**
+ * Answers a failure on a raw socket (before any upgrade, or a CONNECT) with a Status body,
+ * and closes it. `headers`: more header lines (names and values nodelet chose, never input).
+ */
+export function writeFailure(socket: Duplex, code: number, message: string, reason = REASONS[code] ?? 'InternalError', headers: Record<string, string> = {}): void {
   if (!socket.writable) {
     socket.destroy();
     return;
   }
   const body = JSON.stringify({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code });
-  socket.end(`HTTP/1.1 ${code} ${PHRASES[code] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`);
+  const more = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${code} ${PHRASES[code] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n${more}Connection: close\r\n\r\n${body}`);
   setTimeout(() => socket.destroy(), 1000).unref();
 }
 

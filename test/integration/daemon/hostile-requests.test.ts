@@ -51,9 +51,9 @@ interface RawAnswer {
 }
 
 /** Writes `bytes` on a fresh connection (TLS for the HTTPS port) and reads until the server closes. */
-function rawRequest(port: number, bytes: Buffer, useTls: boolean): Promise<RawAnswer> {
+function rawRequest(port: number, bytes: Buffer, useTls: boolean, cert?: Issued): Promise<RawAnswer> {
   return new Promise((resolve) => {
-    const sock = useTls ? tls.connect({ host: '127.0.0.1', port, ca: serverCa, servername: 'localhost' }) : net.connect({ host: '127.0.0.1', port });
+    const sock = useTls ? tls.connect({ host: '127.0.0.1', port, ca: serverCa, servername: 'localhost', ...(cert ? { cert: cert.cert, key: cert.key } : {}) }) : net.connect({ host: '127.0.0.1', port });
     const chunks: Buffer[] = [];
     const done = () => {
       clearTimeout(timer);
@@ -115,6 +115,31 @@ describe('hostile requests on every port', () => {
       }
     });
   }
+
+  it('CONNECT gets an answer on every port, as any method a path does not serve (Node drops it unanswered by default)', async () => {
+    const connect = (target: string) => Buffer.from(`CONNECT ${target} HTTP/1.1\r\nHost: localhost\r\n\r\n`, 'latin1');
+    const runPath = `/run/${pod.metadata!.namespace}/${pod.metadata!.name}/${pod.spec!.containers[0]!.name}`;
+    const answers = {
+      httpsServed: await rawRequest(ports.https, connect(runPath), true, client),
+      httpsUnknown: await rawRequest(ports.https, connect('/nothing-here'), true, client),
+      httpsAnonymous: await rawRequest(ports.https, connect(runPath), true),
+      httpsAuthority: await rawRequest(ports.https, connect('example.com:443'), true, client),
+      readOnly: await rawRequest(ports.readOnly, connect('/pods'), false),
+      healthz: await rawRequest(ports.healthz, connect('/healthz'), false),
+      healthzAuthority: await rawRequest(ports.healthz, connect('example.com:443'), false),
+    };
+    const summary = Object.fromEntries(Object.entries(answers).map(([k, a]) => [k, [a.status, /\r\nAllow: ([^\r]*)/i.exec(a.head)?.[1] ?? null]]));
+    expect(summary).toEqual({
+      httpsServed: [405, 'POST'],
+      httpsUnknown: [404, null],
+      httpsAnonymous: [401, null],
+      httpsAuthority: [400, null],
+      readOnly: [405, 'GET'],
+      healthz: [405, 'GET, HEAD'],
+      healthzAuthority: [400, null],
+    });
+    await healthy();
+  });
 
   it('says what is wrong: the reason names the problem', async () => {
     const ro = await rawRequest(ports.readOnly, request('http://a:99999/healthz'), false);

@@ -262,6 +262,28 @@ describe('UnaryChannel: limits and deadlines', () => {
     expect(serverSaw).toBe(http2.constants.NGHTTP2_CANCEL);
   });
 
+  it('no deadline: no grpc-timeout is sent; an abort ends the call with CANCELLED and resets the stream (the server sees it cancelled)', async () => {
+    let headers: http2.IncomingHttpHeaders | undefined;
+    let serverSaw!: Promise<number>;
+    const arrived = new Promise<void>((resolve) => {
+      void serve((stream, h) => {
+        headers = h;
+        serverSaw = new Promise((r) => stream.on('close', () => r(stream.rstCode)));
+        resolve();
+      }).then((srv) => {
+        const client = new AbortController();
+        const call = failure(channel(srv.target).call('/runtime.v1.RuntimeService/ExecSync', Buffer.alloc(0), undefined, client.signal));
+        void arrived.then(async () => {
+          client.abort();
+          expect((await call).code).toBe(GrpcStatus.CANCELLED);
+        });
+      });
+    });
+    await arrived;
+    expect(headers?.['grpc-timeout']).toBeUndefined();
+    expect(await serverSaw).toBe(http2.constants.NGHTTP2_CANCEL);
+  });
+
   it('grpc-timeout encodes the deadline in at most 8 digits', () => {
     expect(grpcTimeout(120_000)).toBe('120000m');
     expect(grpcTimeout(0.2)).toBe('1m');

@@ -59,8 +59,11 @@ class MemRuntime implements CheckpointRuntime {
     if (this.listError) throw this.listError;
     return this.containers.filter((c) => (!f.state || c.state === f.state) && Object.entries(f.labelSelector ?? {}).every(([k, v]) => c.labels[k] === v));
   }
-  async checkpointContainer(req: CriCheckpointRequest, o: { deadlineMs?: number } = {}) {
+  /** The signal of each CheckpointContainer call, in order. */
+  signals: (AbortSignal | undefined)[] = [];
+  async checkpointContainer(req: CriCheckpointRequest, o: { deadlineMs?: number; signal?: AbortSignal } = {}) {
     this.calls.push({ req, ...(o.deadlineMs !== undefined ? { deadlineMs: o.deadlineMs } : {}) });
+    this.signals.push(o.signal);
     await this.gates.get(req.containerId)?.promise;
     await this.behave(req);
   }
@@ -305,6 +308,24 @@ describe('CheckpointService.checkpoint', () => {
       'checkpoint-web-0_default-app-2026-11-22T23:40:05Z.tar',
       'checkpoint-web-0_default-sidecar-2026-11-22T23:40:05Z.tar',
     ]);
+  });
+
+  it('the client\'s signal reaches the CRI call; a client gone while waiting behind a checkpoint of the same container is never checkpointed', async () => {
+    const s = svc();
+    const gApp = deferred();
+    rt.gates.set('c-app', gApp);
+    const firstClient = new AbortController();
+    const first = s.checkpoint({ ...req('default', 'web-0', 'app'), signal: firstClient.signal });
+    const gone = new AbortController();
+    const second = s.checkpoint({ ...req('default', 'web-0', 'app'), signal: gone.signal });
+    await waitFor(() => rt.calls.length === 1);
+    expect(rt.signals).toEqual([firstClient.signal]);
+    gone.abort();
+    gApp.resolve();
+    await first;
+    await expect(second).rejects.toMatchObject({ code: 'CANCELLED' });
+    expect(rt.calls).toHaveLength(1);
+    expect((await s.list()).map((a) => path.basename(a.path))).toEqual(['checkpoint-web-0_default-app-2026-11-22T23:40:05Z.tar']);
   });
 
   it('a failed checkpoint releases the container for the next one', async () => {

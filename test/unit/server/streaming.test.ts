@@ -13,7 +13,7 @@ import { NodeletError } from '../../../src/errors.js';
 import { HealthRegistry } from '../../../src/health/checks.js';
 import { alwaysAllow, Authenticator, type Authorizer } from '../../../src/server/auth.js';
 import { createNodeServer, type NodeServer } from '../../../src/server/https-server.js';
-import { parseStreamRequest, requestHead, StreamingService, type StreamRequest } from '../../../src/server/streaming.js';
+import { parseStreamRequest, requestHead, StreamingService, type StreamingServiceOptions, type StreamRequest } from '../../../src/server/streaming.js';
 import { generateSelfSigned } from '../../../src/server/tls.js';
 import { VirtualClock } from '../../helpers/clock.js';
 import type { PodSandbox, StreamAttachRequest, StreamExecRequest } from '../../../src/runtime/types.js';
@@ -140,32 +140,56 @@ describe('StreamingService', () => {
   });
 });
 
-/** A stand-in for the runtime's streaming server: records the request head, answers 101 (or `refuse`), then echoes upper-cased. */
-function fakeStreamServer(o: { refuse?: boolean } = {}) {
+/**
+ * A stand-in for the runtime's streaming server: records the request head and every byte
+ * after it (`after`), answers 101 (or `refuse`: 403, the connection kept open as Go's
+ * server keeps it), then echoes upper-cased. `hold`: the answer waits for `answer()`.
+ */
+function fakeStreamServer(o: { refuse?: boolean; hold?: boolean } = {}) {
   const heads: string[] = [];
+  const after: string[] = [];
   const sockets = new Set<net.Socket>();
+  let release: (() => void)[] = [];
+  let headSeen: () => void = () => undefined;
+  const headArrived = new Promise<void>((r) => (headSeen = r));
   const server = net.createServer((s) => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
     s.on('error', () => {});
     let buf = '';
     let upgraded = false;
+    let head = false;
     s.on('data', (d: Buffer) => {
+      if (head) after.push(d.toString('latin1'));
       if (upgraded) return void s.write(d.toString().toUpperCase());
+      if (head) return;
       buf += d.toString('latin1');
       const end = buf.indexOf('\r\n\r\n');
       if (end < 0) return;
+      head = true;
       heads.push(buf.slice(0, end));
-      if (o.refuse) return void s.end('HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\nno thanks');
-      upgraded = true;
-      s.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n');
       const rest = buf.slice(end + 4);
-      if (rest) s.write(rest.toUpperCase());
+      if (rest) after.push(rest);
+      headSeen();
+      const answer = () => {
+        if (o.refuse) return void s.write('HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\nno thanks');
+        upgraded = true;
+        s.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n');
+        if (after.length) s.write(after.join('').toUpperCase());
+      };
+      if (o.hold) release.push(answer);
+      else answer();
     });
   });
   return {
     heads,
+    after,
     sockets,
+    headArrived,
+    answer: () => {
+      for (const a of release) a();
+      release = [];
+    },
     listen: () => new Promise<number>((r) => server.listen(0, '127.0.0.1', () => r((server.address() as AddressInfo).port))),
     close: () => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), server.close(() => r()))),
   };
@@ -181,12 +205,13 @@ afterEach(async () => {
   while (cleanups.length) await cleanups.pop()!();
 });
 
-async function serve(o: { refuse?: boolean; authorizer?: Authorizer; idleTimeoutMs?: number } = {}) {
+async function serve(o: { refuse?: boolean; hold?: boolean; authorizer?: Authorizer; idleTimeoutMs?: number; runtime?: Partial<StreamingServiceOptions['runtime']> } = {}) {
   const upstream = fakeStreamServer(o);
   const upPort = await upstream.listen();
   cleanups.push(() => upstream.close());
   const f = fakeRuntime(`http://127.0.0.1:${upPort}`);
-  const streaming = new StreamingService({ runtime: f.runtime, pods: lookup(testPod()), idleTimeoutMs: o.idleTimeoutMs ?? 0 });
+  // No start window: the client leaving cancels at once (the window has its own tests on a virtual clock).
+  const streaming = new StreamingService({ runtime: { ...f.runtime, ...o.runtime }, pods: lookup(testPod()), idleTimeoutMs: o.idleTimeoutMs ?? 0, runStart: { max: 4, windowMs: 0 } });
   const server: NodeServer = createNodeServer({
     address: '127.0.0.1',
     port: 0,
@@ -237,11 +262,42 @@ describe('the HTTPS server proxies upgraded streams', () => {
     expect(s.streaming.sessions).toBe(0);
   });
 
-  it('passes the runtime\'s refusal through unchanged', async () => {
+  it('passes the runtime\'s refusal through unchanged, and then closes the connection', async () => {
     const s = await serve({ refuse: true });
     const c = upgrade(s.port, '/portForward/ns/p');
     expect(await c.until(/no thanks$/)).toBe('HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\nno thanks');
     expect(s.calls).toContainEqual(['portForward', 'new', []]);
+    await c.closed;
+    expect(s.streaming.sessions).toBe(0);
+  });
+
+  it('sends nothing the client pipelined after its upgrade request to a runtime that refuses the upgrade', async () => {
+    const s = await serve({ refuse: true, hold: true });
+    const c = upgrade(s.port, '/exec/ns/p/c?command=sh&input=1&output=1', 'GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n');
+    await s.upstream.headArrived;
+    c.sock.write('more bytes before the answer');
+    // A round trip on another connection: time for those bytes to reach nodelet (and the runtime, were they forwarded).
+    const probe = upgrade(s.port, '/healthz');
+    await probe.until(/\r\n\r\n\{.*\}$/);
+    s.upstream.answer();
+    expect(await c.until(/no thanks$/)).toMatch(/^HTTP\/1\.1 403 Forbidden\r\n/);
+    c.sock.write('and after it');
+    await c.closed;
+    expect(s.upstream.after).toEqual([]);
+  });
+
+  it('holds what the client sent before the runtime\'s 101, then forwards it in order', async () => {
+    const s = await serve({ hold: true });
+    const c = upgrade(s.port, '/exec/ns/p/c?command=sh&input=1&output=1', 'early-');
+    await s.upstream.headArrived;
+    c.sock.write('bytes');
+    // A round trip on another connection: time for those bytes to reach nodelet (and the runtime, were they forwarded).
+    const probe = upgrade(s.port, '/healthz');
+    await probe.until(/\r\n\r\n\{.*\}$/);
+    expect(s.upstream.after).toEqual([]);
+    s.upstream.answer();
+    await c.until(/101 Switching Protocols[\s\S]*\r\n\r\nEARLY-BYTES$/);
+    expect(s.upstream.after.join('')).toBe('early-bytes');
   });
 
   it('answers a Status before asking the runtime: 403 when not authorized as nodes/proxy, 404 for an unknown pod, 400 for a path not served upgraded', async () => {
@@ -293,5 +349,173 @@ describe('the HTTPS server proxies upgraded streams', () => {
     await t.server.stop();
     await d.closed;
     expect(t.streaming.sessions).toBe(0);
+  });
+});
+
+/**
+ * A runtime whose ExecSync and Exec run until answered or cancelled: records each call's
+ * signal, rejects with CANCELLED (as the CRI client does) when it aborts.
+ */
+function holdingRuntime() {
+  const calls: { cmd: string[]; signal: AbortSignal | undefined; answer: (out: string) => void }[] = [];
+  const execs: (AbortSignal | undefined)[] = [];
+  const cancelled = () => new NodeletError('CANCELLED', 'ExecSync: Cancelled on client', {});
+  const hold = <T>(signal: AbortSignal | undefined, onAnswer: (resolve: (v: T) => void) => void) =>
+    new Promise<T>((resolve, reject) => {
+      if (signal?.aborted) return reject(cancelled());
+      signal?.addEventListener('abort', () => reject(cancelled()), { once: true });
+      onAnswer(resolve);
+    });
+  return {
+    calls,
+    execs,
+    runtime: {
+      execSync: (_id: string, cmd: string[], _t: number, o?: { signal?: AbortSignal }) =>
+        hold<{ stdout: Buffer; stderr: Buffer; exitCode: number }>(o?.signal, (resolve) => calls.push({ cmd, signal: o?.signal, answer: (out) => resolve({ stdout: Buffer.from(out), stderr: Buffer.alloc(0), exitCode: 0 }) })),
+      exec: (_r: StreamExecRequest, o?: { signal?: AbortSignal }) => (execs.push(o?.signal), hold<string>(o?.signal, () => undefined)),
+    },
+  };
+}
+
+const settle = () => new Promise((r) => setImmediate(r));
+/** Resolves once `cond` holds, checked once per event-loop turn (socket events, not time). */
+const until = (cond: () => boolean) =>
+  new Promise<void>((r) => {
+    const check = () => (cond() ? r() : setImmediate(check));
+    check();
+  });
+
+describe('/run: the command ends with its client', () => {
+  const runReq = (cmd: string) => parseStreamRequest('run', ['ns', 'p', 'c'], q(`command=${cmd}`));
+
+  it('at most `max` calls are starting at once; the others wait, and one whose client leaves while waiting never reaches the runtime', async () => {
+    const clock = new VirtualClock();
+    const h = holdingRuntime();
+    const s = new StreamingService({ runtime: { ...fakeRuntime().runtime, ...h.runtime }, pods: lookup(testPod()), idleTimeoutMs: 0, runStart: { max: 2, windowMs: 2000 }, clock });
+    const clients = [0, 1, 2, 3].map(() => new AbortController());
+    const runs = clients.map((c, i) => s.run(runReq(`c${i}`), c.signal).then((b) => b.toString(), (e: NodeletError) => e.code));
+    await settle();
+    expect({ sent: h.calls.map((c) => c.cmd[0]), ...s.runs }).toEqual({ sent: ['c0', 'c1'], starting: 2, queued: 2 });
+    // A quick command frees its place when it ends, before its window.
+    h.calls[0]!.answer('zero\n');
+    expect(await runs[0]).toBe('zero\n');
+    await settle();
+    expect(h.calls.map((c) => c.cmd[0])).toEqual(['c0', 'c1', 'c2']);
+    // The last client leaves while waiting: it is never sent.
+    clients[3]!.abort();
+    expect(await runs[3]).toBe('CANCELLED');
+    // The windows of c1 and c2 end: they count as running now, and nothing is left waiting.
+    await clock.advance(2000);
+    expect({ sent: h.calls.map((c) => c.cmd[0]), ...s.runs }).toEqual({ sent: ['c0', 'c1', 'c2'], starting: 0, queued: 0 });
+    h.calls[1]!.answer('one\n');
+    h.calls[2]!.answer('two\n');
+    expect([await runs[1], await runs[2]]).toEqual(['one\n', 'two\n']);
+  });
+
+  it('a client leaving while its command starts cancels the call at the end of the start window; after the window, at once', async () => {
+    const clock = new VirtualClock();
+    const h = holdingRuntime();
+    const s = new StreamingService({ runtime: { ...fakeRuntime().runtime, ...h.runtime }, pods: lookup(testPod()), idleTimeoutMs: 0, runStart: { max: 4, windowMs: 2000 }, clock });
+    const early = new AbortController();
+    const first = s.run(runReq('sleep'), early.signal).catch((e: NodeletError) => e.code);
+    await settle();
+    early.abort();
+    await clock.advance(1999);
+    expect(h.calls[0]!.signal!.aborted).toBe(false);
+    await clock.advance(1);
+    expect(h.calls[0]!.signal!.aborted).toBe(true);
+    expect(await first).toBe('CANCELLED');
+    const late = new AbortController();
+    const second = s.run(runReq('sleep'), late.signal).catch((e: NodeletError) => e.code);
+    await settle();
+    await clock.advance(5000);
+    expect(h.calls[1]!.signal!.aborted).toBe(false);
+    late.abort();
+    await settle();
+    expect(h.calls[1]!.signal!.aborted).toBe(true);
+    expect(await second).toBe('CANCELLED');
+    expect(s.runs).toEqual({ starting: 0, queued: 0 });
+  });
+
+  it('over HTTPS: the CRI call\'s signal aborts when the client closes its connection, and the next /run is answered', async () => {
+    const h = holdingRuntime();
+    const s = await serve({ runtime: h.runtime });
+    const sock = tls.connect({ host: '127.0.0.1', port: s.port, rejectUnauthorized: false }, () => sock.write('POST /run/ns/p/c?command=sleep&command=77 HTTP/1.1\r\nHost: node\r\nContent-Length: 0\r\n\r\n'));
+    sock.on('error', () => undefined);
+    let got = '';
+    sock.on('data', (d: Buffer) => (got += d.toString()));
+    // The call reached the runtime; the client goes.
+    await until(() => h.calls.length > 0);
+    sock.destroy();
+    await until(() => h.calls[0]!.signal!.aborted);
+    expect({ cmd: h.calls[0]!.cmd, aborted: h.calls[0]!.signal!.aborted, answered: got }).toEqual({ cmd: ['sleep', '77'], aborted: true, answered: '' });
+    // nodelet is fine: the next /run gets its answer.
+    const next = new Promise<string>((resolve) => {
+      const r = tls.connect({ host: '127.0.0.1', port: s.port, rejectUnauthorized: false }, () => r.write('POST /run/ns/p/c?command=echo HTTP/1.1\r\nHost: node\r\nConnection: close\r\nContent-Length: 0\r\n\r\n'));
+      let b = '';
+      r.on('data', (d: Buffer) => (b += d.toString()));
+      r.on('end', () => resolve(b));
+    });
+    await until(() => h.calls.length > 1);
+    h.calls[1]!.answer('hello\n');
+    expect(await next).toMatch(/^HTTP\/1\.1 200 OK\r\n[\s\S]*\r\n\r\n(?:[0-9a-f]+\r\n)?hello\n/);
+  });
+
+  it('an upgrade whose client leaves while nodelet asks the runtime for the session cancels that call', async () => {
+    const h = holdingRuntime();
+    const s = await serve({ runtime: h.runtime });
+    const c = upgrade(s.port, '/exec/ns/p/c?command=sh&output=1');
+    await until(() => h.execs.length > 0);
+    expect(h.execs[0]!.aborted).toBe(false);
+    c.sock.destroy();
+    await until(() => h.execs[0]!.aborted);
+    expect(s.upstream.heads).toEqual([]);
+  });
+});
+
+describe('every request gets an answer', () => {
+  /** One raw request on a new TLS connection; the whole answer, until the server closes. */
+  const raw = (port: number, text: string) =>
+    new Promise<{ status: number; head: string; body: string }>((resolve) => {
+      const r = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false }, () => r.write(text));
+      let b = '';
+      r.on('data', (d: Buffer) => (b += d.toString('latin1')));
+      r.on('error', () => undefined);
+      r.on('close', () => {
+        const [head, ...body] = b.split('\r\n\r\n');
+        resolve({ status: Number(head!.split(' ')[1] ?? 0), head: head!, body: body.join('\r\n\r\n') });
+      });
+    });
+
+  it('/run output over the runtime\'s message limit answers 500 with the runtime\'s message, as the kubelet', async () => {
+    const s = await serve({
+      runtime: {
+        execSync: async () => {
+          throw new NodeletError('TOO_MANY_REQUESTS', 'ExecSync: rpc error: code = ResourceExhausted desc = Received message larger than max (17825851 vs. 16777216)', { method: 'ExecSync' });
+        },
+      },
+    });
+    const a = await raw(s.port, 'POST /run/ns/p/c?command=cat&command=big HTTP/1.1\r\nHost: node\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    expect(a.status).toBe(500);
+    expect(JSON.parse(a.body)).toMatchObject({ kind: 'Status', code: 500, reason: 'InternalError', message: 'running "cat big" in container "c": ExecSync: rpc error: code = ResourceExhausted desc = Received message larger than max (17825851 vs. 16777216)' });
+  });
+
+  it('CONNECT: 405 with Allow on a served path, 404 on another, 400 for an authority-form target, 403 when not authorized; never a silent close', async () => {
+    const s = await serve();
+    const run = await raw(s.port, 'CONNECT /run/ns/p/c HTTP/1.1\r\nHost: node\r\n\r\n');
+    expect({ status: run.status, allow: /\r\nAllow: ([^\r]*)/.exec(run.head)?.[1], body: JSON.parse(run.body) }).toEqual({
+      status: 405,
+      allow: 'POST',
+      body: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', code: 405, reason: 'MethodNotAllowed', message: 'the server does not allow method CONNECT here (allowed: POST)' },
+    });
+    expect((await raw(s.port, 'CONNECT /healthz HTTP/1.1\r\nHost: node\r\n\r\n')).head).toMatch(/^HTTP\/1\.1 405 [\s\S]*\r\nAllow: GET, HEAD\r\n/);
+    const nope = await raw(s.port, 'CONNECT /nope HTTP/1.1\r\nHost: node\r\n\r\n');
+    expect([nope.status, JSON.parse(nope.body).reason]).toEqual([404, 'NotFound']);
+    const authority = await raw(s.port, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+    expect([authority.status, JSON.parse(authority.body).message]).toEqual([400, 'request target "example.com:443" must be a path starting with "/"']);
+    const deny: Authorizer = { authorize: async () => ({ allowed: false }) };
+    const t = await serve({ authorizer: deny });
+    expect((await raw(t.port, 'CONNECT /run/ns/p/c HTTP/1.1\r\nHost: node\r\n\r\n')).status).toBe(403);
+    expect([...s.calls, ...t.calls]).toEqual([]);
   });
 });
