@@ -98,7 +98,17 @@ export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOp
   // 1 s deadline aborted renewals the server was about to accept, each abort costing a
   // conflict and a re-read (seen in the load test, 1 s status frequency, 4 s lease).
   const leaseTimeoutMs = Math.max(2000, Math.min(parseDuration(o.config.nodeStatusUpdateFrequency), o.config.nodeLeaseDurationSeconds * 1000));
-  return connectedMode(await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, { leaseTimeoutMs }), o);
+  // client-go's token buckets, as the kubelet gives its clients: kubeAPIQPS/kubeAPIBurst for
+  // the main client, eventRecordQPS/eventBurst for the events' own; the heartbeat (Lease,
+  // Node status) has none. QPS 0 means client-go's default (5), a negative QPS no limit.
+  return connectedMode(
+    await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, {
+      leaseTimeoutMs,
+      apiLimiter: clientGoLimit(o.config.kubeAPIQPS, o.config.kubeAPIBurst, o.clock),
+      eventLimiter: clientGoLimit(o.config.eventRecordQPS, o.config.eventBurst, o.clock),
+    }),
+    o,
+  );
 }
 
 /** Standalone: no control plane is contacted, nothing of connected mode is built. */
@@ -121,10 +131,9 @@ export interface ConnectedOptions {
 export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeMode {
   const { identity, config: cfg, clock, logger: log } = o;
   // 12 attempts (backoff to 5 s: about 40 s), as client-go's 12 tries per event: events of a
-  // short control-plane outage are sent when it answers again, not dropped. The kubelet's
-  // event client has its own rate limit, eventRecordQPS/eventBurst.
-  const limit = clientGoLimit(cfg.eventRecordQPS, cfg.eventBurst, clock);
-  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, attempts: 12, limit, logger: log.child({ component: 'events' }) });
+  // short control-plane outage are sent when it answers again, not dropped. Their client
+  // (cp.events) has its own rate limit, eventRecordQPS/eventBurst (nodeModeFor).
+  const events = new ApiEventRecorder({ api: cp.events, host: identity.nodeName, clock, attempts: 12, logger: log.child({ component: 'events' }) });
   // Each static pod gets a mirror pod in the API.
   const mirrors = new MirrorPods({ api: cp.mirrorPods, nodeName: identity.nodeName, clock, logger: log.child({ component: 'mirror-pods' }) });
   return {

@@ -4,8 +4,8 @@
  * NodeReady, NodeNotReady), from source `kubelet` on this host.
  *
  * Emitting never blocks or fails the caller: events go to a bounded queue, and one writer
- * sends them in order, at most as fast as `limit` allows (the kubelet's event client:
- * `eventRecordQPS`/`eventBurst`). The same event again (same object, field path, type,
+ * sends them in order (their API client holds them to `eventRecordQPS`/`eventBurst`,
+ * connected.ts). The same event again (same object, field path, type,
  * reason and message) within the aggregation window is a patch of the first one's `count`
  * and `lastTimestamp`, not a new object, as client-go's correlator does.
  *
@@ -28,7 +28,6 @@ import type { Event as CoreEvent, ObjectReference } from 'kubernetes-types/core/
 import { backoffDelay, realClock, type Clock } from './clock.js';
 import { errorMessage, isNodeletError, NodeletError } from './errors.js';
 import type { Logger } from './log.js';
-import { noLimit, type RateLimiter } from './controlplane/rate-limit.js';
 
 export type EventType = 'Normal' | 'Warning';
 
@@ -56,8 +55,6 @@ export interface EventRecorderOptions {
   aggregateWindowMs?: number;
   /** Attempts per event that got no answer (default 3; the kubelet's client-go: 12). */
   attempts?: number;
-  /** The event client's rate limit (`eventRecordQPS`/`eventBurst`); default none. */
-  limit?: RateLimiter;
 }
 
 interface Pending {
@@ -99,7 +96,7 @@ export class ApiEventRecorder implements EventSink {
   #stopped = false;
 
   constructor(o: EventRecorderOptions) {
-    this.#o = { clock: realClock, maxQueue: 1000, aggregateWindowMs: 600_000, attempts: 3, limit: noLimit, ...o };
+    this.#o = { clock: realClock, maxQueue: 1000, aggregateWindowMs: 600_000, attempts: 3, ...o };
   }
 
   emit(ref: ObjectReference, type: EventType, reason: string, message: string): void {
@@ -172,7 +169,6 @@ export class ApiEventRecorder implements EventSink {
 
   async #attempt(e: Pending): Promise<void> {
     try {
-      await this.#o.limit.take();
       await this.#send(e);
     } catch (err) {
       e.tries++;

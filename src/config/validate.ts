@@ -222,6 +222,9 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
   intIn(['maxPods'], 1, Infinity, 'must be greater than 0');
   intIn(['nodeLeaseDurationSeconds'], 1, Infinity, 'must be greater than 0');
   intIn(['maxParallelImagePulls'], 1, Infinity, 'must be greater than 0');
+  // As the kubelet: no negative rate (0 is client-go's default, 5 a second; src/controlplane/rate-limit.ts).
+  intIn(['kubeAPIQPS'], 0, Infinity, 'must not be a negative number');
+  intIn(['kubeAPIBurst'], 0, Infinity, 'must not be a negative number');
   ip(['address']);
   ip(['healthzBindAddress']);
   const dns = get(['clusterDNS']);

@@ -4,10 +4,16 @@
  * `--kubeconfig` before the lock is taken (a bad kubeconfig stops startup naming file and
  * field); makes no request until the daemon starts its services.
  *
- * Two clients, as the kubelet has (its `heartbeatClient`): the Lease has its own connection
- * and a deadline of its own (the kubelet's: min(nodeStatusUpdateFrequency,
- * nodeLeaseDurationSeconds), at least 2 s: src/connected.ts), so a renewal never waits behind the status writes, events,
- * mirror pods or the watches on the main client's pool.
+ * Three clients, as the kubelet has (its `kubeClient`, `eventClient` and `heartbeatClient`):
+ * - the main one, rate-limited by `kubeAPIQPS`/`kubeAPIBurst` (`apiLimiter`): pods, their
+ *   status and mirror pods, the watches, node registration, reviews;
+ * - the events', with a limiter of its own (`eventLimiter`: `eventRecordQPS`/`eventBurst`),
+ *   so events never spend the main client's tokens;
+ * - the heartbeat: the Lease and the Node's status (its GET and PATCH), with no rate limit
+ *   (the kubelet sets its heartbeat client's QPS to -1), connections of its own and a
+ *   deadline of its own (the kubelet's: min(nodeStatusUpdateFrequency,
+ *   nodeLeaseDurationSeconds), at least 2 s: src/connected.ts), so a renewal never waits
+ *   behind the status writes, events, mirror pods, the watches or the main client's tokens.
  *
  * The node status reporter reads its Node from a watch of that one Node
  * (`fieldSelector=metadata.name=<node>`, a reflector: resumed on its resourceVersion,
@@ -22,6 +28,7 @@ import type { SubjectAccessReviewSpec } from '../server/auth.js';
 import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
 import { loadKubeconfig } from './kubeconfig.js';
 import { dropManagedFields, Reflector } from './reflector.js';
+import type { RateLimiter } from './rate-limit.js';
 import { ThrottledDelivery } from './throttle.js';
 
 const TOKEN_REVIEWS: ResourceType = { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', namespaced: false };
@@ -48,13 +55,20 @@ export const POD_DELIVERY_GAP_MS = 100;
 export interface PortsOptions {
   /** Deadline of a Lease request (default 10 s, the kubelet's for its defaults). */
   leaseTimeoutMs?: number;
+  /** The main client's rate limit (`kubeAPIQPS`/`kubeAPIBurst`); default none. */
+  apiLimiter?: RateLimiter;
+  /** The event client's rate limit (`eventRecordQPS`/`eventBurst`); default none. */
+  eventLimiter?: RateLimiter;
 }
 
 export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger, o: PortsOptions = {}): ControlPlanePorts {
   const access = loadKubeconfig(kubeconfig);
-  const client = new ControlPlaneClient({ access });
-  // The heartbeat client: one connection of its own, used by the Lease alone.
-  const heartbeat = new ControlPlaneClient({ access, connections: 1, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
+  const client = new ControlPlaneClient({ access, ...(o.apiLimiter ? { limiter: o.apiLimiter } : {}) });
+  // Events: best effort, a queue sending one at a time (src/events.ts); two connections.
+  const eventClient = new ControlPlaneClient({ access, connections: 2, ...(o.eventLimiter ? { limiter: o.eventLimiter } : {}) });
+  // The heartbeat client: no rate limit; two connections of its own, so a Lease renewal and a
+  // Node status patch never queue behind each other.
+  const heartbeat = new ControlPlaneClient({ access, connections: 2, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
   const log = logger.child({ component: 'control-plane' });
   const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
   let reflector: Reflector<Pod> | undefined;
@@ -81,10 +95,12 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
   return {
     server: client.server,
     nodes: {
-      getNode,
+      // The reporter's read of its Node when the watch cannot tell (and registration's): the heartbeat's, as the kubelet's.
+      getNode: (name) => orUndefined(heartbeat.get<Node>(NODES, { name })),
       createNode: (node) => client.create(NODES, node),
       // Strategic merge: conditions and addresses merge by type, as the kubelet patches them.
-      patchNodeStatus: (name, status: NodeStatus) => client.patch<Node>(NODES, { name }, { status }, { type: 'strategic', subresource: 'status' }),
+      // On the heartbeat client, as the kubelet's node status: never held by the main client's rate limit.
+      patchNodeStatus: (name, status: NodeStatus) => heartbeat.patch<Node>(NODES, { name }, { status }, { type: 'strategic', subresource: 'status' }),
       watchedNode,
       async stopWatch() {
         await nodeWatch?.stop();
@@ -162,15 +178,15 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
     },
     events: {
       async create(event) {
-        await client.create(EVENTS, event as never);
+        await eventClient.create(EVENTS, event as never);
       },
       async patch(namespace, name, patch) {
-        await client.mergePatch(EVENTS, { namespace, name }, patch);
+        await eventClient.mergePatch(EVENTS, { namespace, name }, patch);
       },
     },
     close: async () => {
       await nodeWatch?.stop();
-      await Promise.all([client.close(), heartbeat.close()]);
+      await Promise.all([client.close(), eventClient.close(), heartbeat.close()]);
     },
   };
 }

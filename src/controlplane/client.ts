@@ -7,6 +7,11 @@
  * deadline (the reflector keeps its own inactivity timer). Every failure is a NodeletError
  * from errors.ts. The client does not retry: retries live in loops (reflector,
  * retryOnConflict).
+ *
+ * Every answer is bounded as it is read, decompressed bytes counted (BODY_LIMITS): a body
+ * past its bound is abandoned (its connection destroyed) with an error naming the request,
+ * the resource and the bound. Each request first takes a token from the client's rate
+ * limiter (client-go's token bucket, src/controlplane/rate-limit.ts; none by default).
  */
 import http, { type IncomingHttpHeaders } from 'node:http';
 import https from 'node:https';
@@ -16,6 +21,50 @@ import { NodeletError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { decodeStatus, transportError } from './errors.js';
 import type { ClusterAccess } from './kubeconfig.js';
+import { noLimit, type RateLimiter } from './rate-limit.js';
+
+const MiB = 1024 * 1024;
+
+/**
+ * The most one answer may hold, decompressed. etcd refuses a request over 1.5 MiB (its
+ * `--max-request-bytes` default), so no stored object is larger in its protobuf form; the
+ * API server takes JSON request bodies up to twice that (`MaxRequestBodyBytes`, 3 MiB) for
+ * the same object. An object (a GET, a write's answer, a review, a Status) may therefore
+ * take 4 MiB, and one watch event (the object in a `{"type":..,"object":..}` envelope) the
+ * same. A list page holds up to `limit` objects: 8 MiB, two maximal objects or ~100 pods of
+ * 80 KiB; a page over it is asked again with half the `limit` (listAll), down to one
+ * object a page, so a list of legal objects can always be read while no answer costs more
+ * than 8 MiB. A compressed body is counted as it is expanded.
+ */
+export const BODY_LIMITS = Object.freeze({ object: 4 * MiB, listPage: 8 * MiB, watchEvent: 4 * MiB });
+
+/** What a bound applies to, for its error message. */
+type BodyKind = 'object' | 'list page' | 'watch event';
+
+/** `8 MiB`, `512 KiB`, `100 bytes`. */
+function formatBytes(n: number): string {
+  if (n >= MiB && n % (MiB / 4) === 0) return `${n / MiB} MiB`;
+  if (n >= 1024 && n % 1024 === 0) return `${n / 1024} KiB`;
+  return `${n} bytes`;
+}
+
+/**
+ * An answer past its bound: UNAVAILABLE (the server misbehaves; a later try may do better),
+ * details `reason: 'TooLarge'`, the resource, the bound and the HTTP status (so it never
+ * counts as a server that did not answer, errors.ts unanswered).
+ */
+export function tooLargeError(c: { method: string; path: string; resource: string; kind: BodyKind; limitBytes: number; status: number }): NodeletError {
+  const what = c.kind === 'object' ? `the answer (${c.resource})` : `a ${c.kind} of ${c.resource}`;
+  return new NodeletError(
+    'UNAVAILABLE',
+    `${c.method} ${c.path}: ${what} is larger than ${formatBytes(c.limitBytes)}, nodelet's bound for ${c.kind === 'object' ? 'one object' : `a ${c.kind}`}; the rest was not read`,
+    { status: c.status, reason: 'TooLarge', method: c.method, path: c.path, resource: c.resource, kind: c.kind, limitBytes: c.limitBytes },
+  );
+}
+
+export function isTooLarge(err: unknown): err is NodeletError {
+  return err instanceof NodeletError && err.details.reason === 'TooLarge';
+}
 
 /** Where a resource type lives: core (`group` '') or a named API group; namespaced or cluster-scoped. */
 export interface ResourceType {
@@ -121,6 +170,13 @@ export interface ClientOptions {
   version?: string;
   /** Connections per origin (default 8). */
   connections?: number;
+  /**
+   * Taken once before every request, watches included (client-go's `rest.Config` QPS and
+   * Burst: `clientGoLimit` in rate-limit.ts). Default: no limit.
+   */
+  limiter?: RateLimiter;
+  /** Bounds of the answers (default BODY_LIMITS; tests use smaller ones). */
+  bodyLimits?: Partial<typeof BODY_LIMITS>;
 }
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -137,6 +193,10 @@ interface Answer {
 interface Req {
   method: HttpMethod;
   path: string;
+  /** The resource, for the error when the answer is too large (default: the path's last segment). */
+  resource?: string;
+  /** What the answer is: an object (default) or a list page. */
+  kind?: 'object' | 'list page';
   query?: Query;
   body?: unknown;
   contentType?: string;
@@ -170,6 +230,8 @@ export class ControlPlaneClient {
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number;
   readonly #host: string;
+  readonly #limiter: RateLimiter;
+  readonly #limits: typeof BODY_LIMITS;
   /** Requests not finished yet (their bodies not consumed), for close(). */
   readonly #inFlight = new Set<http.ClientRequest>();
   #idle: (() => void) | undefined;
@@ -181,6 +243,8 @@ export class ControlPlaneClient {
     this.#host = URL.canParse(o.access.server) ? new URL(o.access.server).host : o.access.server;
     this.namespace = o.access.namespace;
     this.#timeoutMs = o.timeoutMs ?? 30_000;
+    this.#limiter = o.limiter ?? noLimit;
+    this.#limits = { ...BODY_LIMITS, ...o.bodyLimits };
     this.#http = this.server.startsWith('http:') ? http : https;
     this.#agent = new this.#http.Agent({
       keepAlive: true,
@@ -212,6 +276,13 @@ export class ControlPlaneClient {
    * A stream (watch) has no deadline and is aborted by the caller's signal alone.
    */
   async #send(r: Req, stream: boolean): Promise<{ res: Answer; done: () => void }> {
+    // The rate limiter's wait comes first and is not part of the deadline (client-go's
+    // Timeout covers the HTTP exchange); the caller's abort ends it.
+    try {
+      await this.#limiter.take(r.signal);
+    } catch (err) {
+      throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: false });
+    }
     // Own controller + timer (not AbortSignal.timeout) so that a deadline is told apart
     // from the caller's abort, and the deadline also covers reading the body.
     const ctl = new AbortController();
@@ -260,19 +331,63 @@ export class ControlPlaneClient {
     }
   }
 
-  static #body(res: Answer): Readable {
+  /**
+   * The decoded body: the answer itself, or its gzip expansion. With `rawLimit`, a compressed
+   * body whose own bytes pass it is cut too (deflate can spin out empty blocks that expand
+   * to nothing, forever).
+   */
+  static #body(res: Answer, rawLimit?: { bytes: number; error: () => Error }): Readable {
     const enc = res.headers['content-encoding'];
     if (enc !== 'gzip') return res.body;
     const gunzip = zlib.createGunzip();
     // pipe() does not pass errors on: a connection cut mid-body must end the reader too.
     res.body.on('error', (err) => gunzip.destroy(err));
+    // Destroying the reader abandons the answer: its connection goes too (it still holds the rest).
+    gunzip.once('close', () => res.body.destroy());
+    if (rawLimit) {
+      let raw = 0;
+      res.body.on('data', (c: Buffer) => {
+        raw += c.length;
+        if (raw > rawLimit.bytes) gunzip.destroy(rawLimit.error());
+      });
+    }
     return res.body.pipe(gunzip);
   }
 
-  static async #text(res: Answer): Promise<string> {
+  /**
+   * Reads a whole (non-watch) body, at most `limit` bytes decoded: past it, or when
+   * Content-Length already says so, the answer is abandoned and `tooLarge()` thrown.
+   */
+  static async #text(res: Answer, limit: number, tooLarge: () => NodeletError): Promise<string> {
+    const declared = Number(res.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit && res.headers['content-encoding'] !== 'gzip') {
+      res.body.destroy();
+      throw tooLarge();
+    }
+    // Framing of a gzip body: ~5 bytes a 64 KiB block at worst, plus its header.
+    const body = ControlPlaneClient.#body(res, { bytes: limit + limit / 1024 + 1024, error: tooLarge });
     const chunks: Buffer[] = [];
-    for await (const c of ControlPlaneClient.#body(res)) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
-    return Buffer.concat(chunks).toString('utf8');
+    let n = 0;
+    try {
+      for await (const c of body) {
+        const b = typeof c === 'string' ? Buffer.from(c) : (c as Buffer);
+        n += b.length;
+        if (n > limit) throw tooLarge();
+        chunks.push(b);
+      }
+    } catch (err) {
+      res.body.destroy();
+      throw err;
+    }
+    return Buffer.concat(chunks, n).toString('utf8');
+  }
+
+  /** The bound of an answer and the error past it. */
+  #bound(r: Req, status: number): { limit: number; tooLarge: () => NodeletError } {
+    const kind = r.kind ?? 'object';
+    const limit = kind === 'list page' ? this.#limits.listPage : this.#limits.object;
+    const resource = r.resource ?? r.path.split('/').filter(Boolean).at(-1) ?? r.path;
+    return { limit, tooLarge: () => tooLargeError({ method: r.method, path: r.path, resource, kind, limitBytes: limit, status }) };
   }
 
   static #parse(text: string): unknown {
@@ -289,7 +404,8 @@ export class ControlPlaneClient {
     const { res, done } = await this.#send(r, false);
     let text: string;
     try {
-      text = await ControlPlaneClient.#text(res);
+      const b = this.#bound(r, res.statusCode);
+      text = await ControlPlaneClient.#text(res, b.limit, b.tooLarge);
     } catch (err) {
       throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: false });
     } finally {
@@ -302,7 +418,7 @@ export class ControlPlaneClient {
   }
 
   get<T extends KubeObject>(t: ResourceType, ref: ObjectRef & { name: string }, o: CallOptions & { resourceVersion?: string } = {}): Promise<T> {
-    return this.request<T>({ method: 'GET', path: resourcePath(t, ref), query: { resourceVersion: o.resourceVersion }, timeoutMs: o.timeoutMs, signal: o.signal });
+    return this.request<T>({ method: 'GET', path: resourcePath(t, ref), resource: resourceName(t, ref.subresource), query: { resourceVersion: o.resourceVersion }, timeoutMs: o.timeoutMs, signal: o.signal });
   }
 
   /** One page of a list (see listAll for every page). */
@@ -310,6 +426,8 @@ export class ControlPlaneClient {
     return this.request<ListResult<T>>({
       method: 'GET',
       path: resourcePath(t, o.namespace ? { namespace: o.namespace } : {}),
+      resource: t.resource,
+      kind: 'list page',
       query: {
         labelSelector: o.labelSelector,
         fieldSelector: o.fieldSelector,
@@ -323,28 +441,43 @@ export class ControlPlaneClient {
     });
   }
 
-  /** Every page of a list (chunks of `limit`, default 500), one consistent snapshot: items and the list's resourceVersion. */
-  async listAll<T extends KubeObject>(t: ResourceType, o: Omit<ListOptions, 'continue'> = {}): Promise<{ items: T[]; resourceVersion: string }> {
+  /**
+   * Every page of a list (chunks of `limit`, default 500), one consistent snapshot: items and
+   * the list's resourceVersion. A page past BODY_LIMITS.listPage is asked again (same
+   * continue token) with half the limit, down to 1; `limit` is the page size it ended with,
+   * for the caller's next list.
+   */
+  async listAll<T extends KubeObject>(t: ResourceType, o: Omit<ListOptions, 'continue'> = {}): Promise<{ items: T[]; resourceVersion: string; limit?: number }> {
     const items: T[] = [];
     let cont: string | undefined;
     let rv = '';
-    do {
-      const page: ListResult<T> = await this.list<T>(t, { ...o, limit: o.limit ?? 500, ...(cont ? { continue: cont, resourceVersion: undefined, resourceVersionMatch: undefined } : {}) });
-      items.push(...page.items);
-      rv = page.metadata.resourceVersion;
-      cont = page.metadata.continue || undefined;
-    } while (cont);
-    return { items, resourceVersion: rv };
+    let limit = Math.max(1, Math.floor(o.limit ?? 500));
+    for (;;) {
+      let page: ListResult<T>;
+      try {
+        page = await this.list<T>(t, { ...o, limit, ...(cont ? { continue: cont, resourceVersion: undefined, resourceVersionMatch: undefined } : {}) });
+      } catch (err) {
+        if (!isTooLarge(err) || limit <= 1) throw err;
+        limit = Math.ceil(limit / 2);
+        continue;
+      }
+      if (!page || typeof page !== 'object' || !Array.isArray(page.items)) throw new NodeletError('INTERNAL', `GET ${resourcePath(t, o.namespace ? { namespace: o.namespace } : {})}: the answer is not a list of ${t.resource}`);
+      // Many items at once: a spread of 100,000 arguments would overflow the stack.
+      for (const it of page.items) items.push(it);
+      rv = page.metadata?.resourceVersion ?? '';
+      cont = page.metadata?.continue || undefined;
+      if (!cont) return { items, resourceVersion: rv, limit };
+    }
   }
 
   create<T extends KubeObject>(t: ResourceType, obj: T, o: WriteOptions = {}): Promise<T> {
     const ns = t.namespaced ? (obj.metadata?.namespace ?? this.namespace) : undefined;
-    return this.request<T>({ method: 'POST', path: resourcePath(t, ns ? { namespace: ns } : {}), query: writeQuery(o), body: obj, timeoutMs: o.timeoutMs, signal: o.signal });
+    return this.request<T>({ method: 'POST', path: resourcePath(t, ns ? { namespace: ns } : {}), resource: t.resource, query: writeQuery(o), body: obj, timeoutMs: o.timeoutMs, signal: o.signal });
   }
 
   /** PUT: replaces the object (or its subresource); a stale metadata.resourceVersion gives CONFLICT. */
   update<T extends KubeObject>(t: ResourceType, obj: T, o: WriteOptions = {}): Promise<T> {
-    return this.request<T>({ method: 'PUT', path: resourcePath(t, refOf(t, obj, this.namespace, o.subresource)), query: writeQuery(o), body: obj, timeoutMs: o.timeoutMs, signal: o.signal });
+    return this.request<T>({ method: 'PUT', path: resourcePath(t, refOf(t, obj, this.namespace, o.subresource)), resource: resourceName(t, o.subresource), query: writeQuery(o), body: obj, timeoutMs: o.timeoutMs, signal: o.signal });
   }
 
   /** JSON merge patch (RFC 7386): `null` removes a field, lists are replaced. */
@@ -352,6 +485,7 @@ export class ControlPlaneClient {
     return this.request<T>({
       method: 'PATCH',
       path: resourcePath(t, { ...ref, ...(o.subresource ? { subresource: o.subresource } : {}) }),
+      resource: resourceName(t, o.subresource),
       query: writeQuery(o),
       body: patch,
       contentType: 'application/merge-patch+json',
@@ -368,6 +502,7 @@ export class ControlPlaneClient {
     return this.request<T>({
       method: 'PATCH',
       path: resourcePath(t, { ...ref, ...(o.subresource ? { subresource: o.subresource } : {}) }),
+      resource: resourceName(t, o.subresource),
       query: writeQuery(o),
       body: patch,
       contentType: PATCH_TYPES[o.type],
@@ -385,6 +520,7 @@ export class ControlPlaneClient {
     return this.request<T>({
       method: 'PATCH',
       path: resourcePath(t, refOf(t, obj, this.namespace, o.subresource)),
+      resource: resourceName(t, o.subresource),
       query: { ...writeQuery(o), fieldManager: o.fieldManager ?? FIELD_MANAGER, force: o.force ?? true },
       body: obj,
       contentType: 'application/apply-patch+yaml',
@@ -398,6 +534,7 @@ export class ControlPlaneClient {
     return this.request<T>({
       method: 'DELETE',
       path: resourcePath(t, ref),
+      resource: resourceName(t, ref.subresource),
       ...(o.body ? { body: { apiVersion: 'v1', kind: 'DeleteOptions', ...o.body } } : {}),
       timeoutMs: o.timeoutMs,
       signal: o.signal,
@@ -421,15 +558,19 @@ export class ControlPlaneClient {
     };
     const { res, done } = await this.#send({ method: 'GET', path, query, signal: o.signal }, true);
     if (res.statusCode < 200 || res.statusCode >= 300) {
-      const text = await ControlPlaneClient.#text(res).catch(() => '');
+      const b = this.#bound({ method: 'GET', path, resource: t.resource }, res.statusCode);
+      const text = await ControlPlaneClient.#text(res, b.limit, b.tooLarge).catch(() => '');
       done();
       throw decodeStatus(res.statusCode, ControlPlaneClient.#parse(text), { method: 'GET', path, retryAfter: res.headers['retry-after'] });
     }
+    // No bound on the stream's own bytes (a watch is endless by design): each event is bounded,
+    // and a stream that yields no event is restarted by the reflector's inactivity timer.
     const body = ControlPlaneClient.#body(res);
     const signal = o.signal;
+    const limits = { maxEventBytes: this.#limits.watchEvent, resource: t.resource, status: res.statusCode };
     return (async function* () {
       try {
-        yield* parseWatchStream<T>(body, path);
+        yield* parseWatchStream<T>(body, path, limits);
       } catch (err) {
         if (err instanceof NodeletError) throw err;
         throw transportError(err, { method: 'WATCH', path, cancelled: !!signal?.aborted, timedOut: false });
@@ -462,6 +603,11 @@ export class ControlPlaneClient {
   }
 }
 
+/** `pods`, `pods/status`: the resource an answer is about, for messages. */
+function resourceName(t: ResourceType, subresource?: string): string {
+  return subresource ? `${t.resource}/${subresource}` : t.resource;
+}
+
 function writeQuery(o: WriteOptions): Query {
   return { fieldManager: o.fieldManager, dryRun: o.dryRun ? 'All' : undefined };
 }
@@ -476,33 +622,54 @@ function refOf(t: ResourceType, obj: KubeObject, defaultNs: string, subresource?
 /**
  * Splits a watch body (chunks cut anywhere, even inside a UTF-8 character) into events, one
  * JSON document a line. An `ERROR` event is thrown as the NodeletError its Status carries
- * (410 Expired -> GONE); a line that is not JSON is UNAVAILABLE (a broken stream).
+ * (410 Expired -> GONE); a line that is not JSON is UNAVAILABLE (a broken stream); a line
+ * longer than `maxEventBytes` (default BODY_LIMITS.watchEvent) is thrown as too large as
+ * soon as it passes the bound, without waiting for its end. Lines are cut on the newline
+ * byte (never part of a multi-byte UTF-8 character), each chunk scanned once.
  */
-export async function* parseWatchStream<T = KubeObject>(chunks: AsyncIterable<Buffer | string>, path: string): AsyncGenerator<WatchEvent<T>> {
-  const decoder = new TextDecoder();
-  let buf = '';
-  const decodeLine = (line: string): WatchEvent<T> => {
+export async function* parseWatchStream<T = KubeObject>(
+  chunks: AsyncIterable<Buffer | string>,
+  path: string,
+  o: { maxEventBytes?: number; resource?: string; status?: number } = {},
+): AsyncGenerator<WatchEvent<T>> {
+  const max = o.maxEventBytes ?? BODY_LIMITS.watchEvent;
+  const tooLarge = () => tooLargeError({ method: 'WATCH', path, resource: o.resource ?? path.split('/').at(-1) ?? path, kind: 'watch event', limitBytes: max, status: o.status ?? 200 });
+  const decodeLine = (bytes: Buffer): WatchEvent<T> | undefined => {
+    const line = bytes.toString('utf8').trim();
+    if (!line) return undefined;
     let ev: WatchEvent<T>;
     try {
       ev = JSON.parse(line) as WatchEvent<T>;
     } catch {
       throw new NodeletError('UNAVAILABLE', `WATCH ${path}: malformed event: ${line.slice(0, 200)}`);
     }
-    if (ev.type === 'ERROR') {
+    if (ev?.type === 'ERROR') {
       const st = ev.object as unknown as { code?: number };
       throw decodeStatus(typeof st?.code === 'number' ? st.code : 500, st, { method: 'WATCH', path });
     }
     return ev;
   };
+  // The part of the current line received so far.
+  let parts: Buffer[] = [];
+  let held = 0;
   for await (const chunk of chunks) {
-    buf += typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true });
+    let b = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
     let i: number;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, i).trim();
-      buf = buf.slice(i + 1);
-      if (line) yield decodeLine(line);
+    while ((i = b.indexOf(0x0a)) >= 0) {
+      const piece = b.subarray(0, i);
+      b = b.subarray(i + 1);
+      if (held + piece.length > max) throw tooLarge();
+      const ev = decodeLine(parts.length === 0 ? piece : Buffer.concat([...parts, piece]));
+      parts = [];
+      held = 0;
+      if (ev) yield ev;
+    }
+    if (b.length > 0) {
+      held += b.length;
+      if (held > max) throw tooLarge();
+      parts.push(b);
     }
   }
-  buf += decoder.decode();
-  if (buf.trim()) yield decodeLine(buf.trim());
+  const ev = decodeLine(Buffer.concat(parts));
+  if (ev) yield ev;
 }

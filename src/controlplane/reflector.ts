@@ -10,6 +10,9 @@
  *   as the spec requires): a replayed event the store already reflects is not passed on.
  * - Faults never escape: each is logged and retried after a bounded exponential backoff with
  *   jitter on the injected Clock (at least the server's Retry-After, capped by the maximum). A consumer that throws is logged; the reflector continues.
+ * - An answer past the client's bounds (a list page, a watch event: client.ts BODY_LIMITS) is
+ *   logged as an error naming the resource and the bound, and retried with the same backoff:
+ *   the watch resumes, or the list is asked again, once the server behaves.
  *
  * Lifecycle: construct (starts nothing), `start()`, `stop()`. `healthy()` and
  * `lastSyncTime` serve health checks; `waitForSync()` resolves after the first replace.
@@ -18,7 +21,7 @@ import { backoffDelay, realClock, type Clock } from '../clock.js';
 import { Loop } from '../loop.js';
 import { errorMessage, isNodeletError, UNANSWERED_RETRY_CAP_MS, unanswered } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { ControlPlaneClient, KubeObject, ResourceType, WatchEvent } from './client.js';
+import { isTooLarge, type ControlPlaneClient, type KubeObject, type ResourceType, type WatchEvent } from './client.js';
 
 export type ReflectorEvent<T> =
   | { type: 'replace'; items: T[]; resourceVersion: string }
@@ -154,10 +157,13 @@ export class Reflector<T extends KubeObject = KubeObject> {
   lastSyncTime = 0;
   /** Number of lists done (the first one and every relist). */
   lists = 0;
+  /** Page size of the next list: the configured one, or smaller once a page was too large (client.ts listAll). */
+  #limit: number;
 
   constructor(o: ReflectorOptions<T>) {
     this.#o = o;
     this.state = new ReflectorState<T>(o.transform);
+    this.#limit = o.limit ?? 500;
     this.#clock = o.clock ?? realClock;
     this.#log = o.logger.child({ component: 'reflector', resource: o.type.resource });
     this.#loop = new Loop({ name: 'reflector', turn: (signal) => this.#turn(signal), delayMs: () => this.#nextDelayMs(), clock: this.#clock, logger: this.#log });
@@ -202,13 +208,18 @@ export class Reflector<T extends KubeObject = KubeObject> {
   }
 
   async #list(signal: AbortSignal): Promise<void> {
-    const { items, resourceVersion } = await this.#o.client.listAll<T>(this.#o.type, {
+    const { items, resourceVersion, limit } = await this.#o.client.listAll<T>(this.#o.type, {
       ...(this.#o.namespace ? { namespace: this.#o.namespace } : {}),
       ...(this.#o.labelSelector ? { labelSelector: this.#o.labelSelector } : {}),
       ...(this.#o.fieldSelector ? { fieldSelector: this.#o.fieldSelector } : {}),
-      limit: this.#o.limit ?? 500,
+      limit: this.#limit,
       signal,
     });
+    // Pages were too large for the bound: the next lists ask for the smaller pages at once.
+    if (limit !== undefined && limit < this.#limit) {
+      this.#log.warn({ limit, was: this.#limit }, `pages of ${this.#limit} ${this.#o.type.resource} were larger than the bound of a list page; listing ${limit} a page from now on`);
+      this.#limit = limit;
+    }
     this.#emit(this.state.replace(items, resourceVersion));
     this.lists++;
     // One line per list: a relist after an outage (watch history lost) shows here, a resumed watch does not.
@@ -319,7 +330,11 @@ export class Reflector<T extends KubeObject = KubeObject> {
       // 429 and 504 carry Retry-After: wait at least that long (still capped by the maximum).
       const ra = isNodeletError(err) ? err.details.retryAfterSeconds : undefined;
       if (typeof ra === 'number') this.#retryAfterMs = ra * 1000;
-      if (this.#failures === 1 || this.#failures % 10 === 0) {
+      if (isTooLarge(err)) {
+        // Not a passing fault: the server sends more than any real object or page can hold.
+        // An error each time (the backoff spaces them), naming the resource and the bound.
+        this.#log.error({ err: errorMessage(err), failures: this.#failures, limitBytes: err.details.limitBytes }, `answer too large: ${errorMessage(err)}; retrying`);
+      } else if (this.#failures === 1 || this.#failures % 10 === 0) {
         this.#log.warn({ err: errorMessage(err), failures: this.#failures }, 'control plane fault; retrying');
       }
     }

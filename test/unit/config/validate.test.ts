@@ -42,6 +42,8 @@ const PROBLEMS: Array<[string, Record<string, unknown>, string, RegExp]> = [
   ['maxContainerRestartPeriod above 300s', { crashLoopBackOff: { maxContainerRestartPeriod: '10m' } }, 'crashLoopBackOff.maxContainerRestartPeriod', /^must be between 1s and 300s, got "10m0s"$/],
   ['maxContainerRestartPeriod without its gate', { featureGates: { KubeletCrashLoopBackOffMax: false }, crashLoopBackOff: { maxContainerRestartPeriod: '30s' } }, 'crashLoopBackOff.maxContainerRestartPeriod', /feature gate KubeletCrashLoopBackOffMax is not enabled$/],
   ['nodeLeaseDurationSeconds negative', { nodeLeaseDurationSeconds: -40 }, 'nodeLeaseDurationSeconds', /^must be greater than 0/],
+  ['kubeAPIQPS negative (the kubelet refuses it; 0 is client-go\'s default)', { kubeAPIQPS: -1 }, 'kubeAPIQPS', /^must not be a negative number, got -1$/],
+  ['kubeAPIBurst negative', { kubeAPIBurst: -10 }, 'kubeAPIBurst', /^must not be a negative number, got -10$/],
   ['negative duration', { runtimeRequestTimeout: '-1s' }, 'runtimeRequestTimeout', /^must not be negative, got "-1s"$/],
   ['negative accepted duration', { imageMinimumGCAge: '-2m' }, 'imageMinimumGCAge', /^must not be negative/],
   // enums
@@ -111,6 +113,8 @@ describe('validation problems name file and field', () => {
         tlsPrivateKeyFile: '/etc/kubelet/tls.key',
         serializeImagePulls: false,
         maxParallelImagePulls: 3,
+        kubeAPIQPS: 0,
+        kubeAPIBurst: 1,
       }),
     ]);
     expect(r.problems).toEqual([]);

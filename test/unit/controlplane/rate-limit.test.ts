@@ -1,40 +1,65 @@
+/**
+ * client-go's token bucket as nodelet's clients use it (kubeAPIQPS/kubeAPIBurst,
+ * eventRecordQPS/eventBurst), on the test kit's clock: a full bucket at the start, refilled
+ * at `qps`, each request waiting for its own token in the order asked; 0 means client-go's
+ * defaults and a negative QPS no limit.
+ */
 import { describe, expect, it } from 'vitest';
-import { clientGoLimit, noLimit, TokenBucket } from '../../../src/controlplane/rate-limit.js';
-import { ManualClock } from '../../helpers/clock.js';
+import { CLIENT_GO_DEFAULT_BURST, CLIENT_GO_DEFAULT_QPS, clientGoLimit, noLimit, TokenBucket } from '../../../src/controlplane/rate-limit.js';
+import { VirtualClock } from '../../helpers/clock.js';
 
-describe('TokenBucket (client-go flowcontrol)', () => {
-  it('starts full, then lets qps a second through, each waiter in its turn', () => {
-    const clock = new ManualClock(0);
-    const b = new TokenBucket(5, 2, clock);
-    // Two at once (the burst), then one per 200 ms, each reserving the next token.
-    expect([b.reserve(), b.reserve(), b.reserve(), b.reserve(), b.reserve()]).toEqual([0, 0, 200, 400, 600]);
-    clock.t = 2_000;
-    // Refilled, but never above the burst.
-    expect([b.reserve(), b.reserve(), b.reserve()]).toEqual([0, 0, 200]);
+/** Starts `n` takes at once; returns the clock times at which each got its token. */
+async function takeTimes(clock: VirtualClock, limiter: { take(): Promise<void> }, n: number, runForMs: number): Promise<number[]> {
+  const start = clock.now();
+  const times: number[] = [];
+  for (let i = 0; i < n; i++) void limiter.take().then(() => times.push(clock.now() - start));
+  await clock.advance(runForMs);
+  return times;
+}
+
+describe('TokenBucket', () => {
+  it('a burst goes at once, the rest at qps, in order', async () => {
+    const clock = new VirtualClock();
+    expect(await takeTimes(clock, new TokenBucket(5, 3, clock), 7, 2000)).toEqual([0, 0, 0, 200, 400, 600, 800]);
   });
 
-  it('take() waits on the clock; a waiter that gives up returns its token', async () => {
-    const clock = new ManualClock(0);
-    const b = new TokenBucket(1, 1, clock);
-    await b.take();
-    const ac = new AbortController();
-    const given = b.take(ac.signal).then(() => 'went', () => 'gave up');
-    ac.abort(new Error('client left'));
-    expect(await given).toBe('gave up');
-    let went = false;
-    const next = b.take().then(() => (went = true));
-    await clock.advance(999);
-    expect(went).toBe(false);
-    await clock.advance(1);
-    await next;
-    expect(went).toBe(true);
+  it('refills while idle, never above the burst', async () => {
+    const clock = new VirtualClock();
+    const b = new TokenBucket(10, 2, clock);
+    await takeTimes(clock, b, 2, 0);
+    await clock.advance(60_000);
+    expect(await takeTimes(clock, b, 4, 1000)).toEqual([0, 0, 100, 200]);
   });
 
-  it("reads QPS and burst as client-go's rest.Config: 0 is the default (5, 10), negative no limit", () => {
-    const clock = new ManualClock(0);
-    const zero = clientGoLimit(0, 0, clock) as TokenBucket;
-    expect(Array.from({ length: 11 }, () => zero.reserve())).toEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 200]);
-    expect(clientGoLimit(-1, 0, clock)).toBe(noLimit);
+  it('rejects what client-go would not build', () => {
+    const clock = new VirtualClock();
     expect(() => new TokenBucket(0, 1, clock)).toThrow(RangeError);
+    expect(() => new TokenBucket(5, 0, clock)).toThrow('a token bucket needs qps > 0 and burst >= 1, got 5 and 0');
+  });
+});
+
+describe('clientGoLimit (a rest.Config QPS and Burst)', () => {
+  it('QPS 0 and burst 0 are client-go defaults: 5 a second, a burst of 10', async () => {
+    expect([CLIENT_GO_DEFAULT_QPS, CLIENT_GO_DEFAULT_BURST]).toEqual([5, 10]);
+    const clock = new VirtualClock();
+    expect(await takeTimes(clock, clientGoLimit(0, 0, clock), 12, 1000)).toEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 200, 400]);
+  });
+
+  it('the kubelet defaults (50, 100): a hundred at once, then one every 20 ms', async () => {
+    const clock = new VirtualClock();
+    const times = await takeTimes(clock, clientGoLimit(50, 100, clock), 103, 1000);
+    expect(times.slice(98)).toEqual([0, 0, 20, 40, 60]);
+  });
+
+  it('a negative QPS (the heartbeat client) is no limit', async () => {
+    const clock = new VirtualClock();
+    expect(clientGoLimit(-1, 0, clock)).toBe(noLimit);
+    expect(await takeTimes(clock, clientGoLimit(-1, 1, clock), 50, 0)).toEqual(Array(50).fill(0));
+  });
+
+  it('kubeAPIQPS 5 with burst 1 holds a minute to 5 a second (+1)', async () => {
+    const clock = new VirtualClock();
+    const times = await takeTimes(clock, clientGoLimit(5, 1, clock), 1000, 60_000);
+    expect(times.length).toBe(301);
   });
 });
