@@ -4,6 +4,11 @@
  * from a past version and lists at an exact past version (the state at version R is the
  * current state with every later change undone); versions older than the window are gone
  * (410).
+ *
+ * Stored objects are deep-frozen and shared (issue 26): lists, watch events and `put`/`remove`
+ * hand out the stored objects themselves, never copies, and each one's JSON encoding is made
+ * once (`encodeJson`) and reused by every list and watch that sends it. A list of twenty 1 MB
+ * pods thus costs no cloning at all. `get` returns a mutable copy for read-modify-write.
  */
 import type { Clock } from '../../src/clock.js';
 
@@ -57,22 +62,23 @@ export class Store {
     return this.compactedRv;
   }
 
+  /** A mutable copy of the stored object. */
   get(resource: string, namespace: string, name: string): Obj | undefined {
     const o = this.objects.get(key(resource, namespace, name));
-    return o === undefined ? undefined : structuredClone(o);
+    return o === undefined ? undefined : (JSON.parse(encodeJson(o)) as Obj);
   }
 
-  /** Every object of a resource type (in a namespace when given) at the current version, sorted by namespace and name. */
+  /** Every object of a resource type (in a namespace when given) at the current version, sorted by namespace and name. Frozen, shared: never mutate. */
   list(resource: string, namespace?: string): Obj[] {
     const out: Obj[] = [];
     for (const [k, o] of this.objects) {
       const [r, ns] = k.split('\u0000');
       if (r === resource && (namespace === undefined || namespace === ns)) out.push(o);
     }
-    return sortObjects(out).map((o) => structuredClone(o));
+    return sortObjects(out);
   }
 
-  /** The objects of a resource type as they were at version `at` (throws GoneError when that is older than the history). */
+  /** The objects of a resource type as they were at version `at` (throws GoneError when that is older than the history). Frozen, shared. */
   listAt(resource: string, namespace: string | undefined, at: number): Obj[] {
     if (at >= this.rv) return this.list(resource, namespace);
     this.prune();
@@ -90,7 +96,7 @@ export class Store {
       const [r, ns] = k.split('\u0000');
       if (r === resource && (namespace === undefined || namespace === ns)) out.push(o);
     }
-    return sortObjects(out).map((o) => structuredClone(o));
+    return sortObjects(out);
   }
 
   /** Events after version `after`, oldest first (throws GoneError when some were already forgotten). */
@@ -107,29 +113,39 @@ export class Store {
     return () => this.listeners.delete(fn);
   }
 
-  /** Stores a new or changed object under a fresh version; returns the stored copy. */
+  /**
+   * Stores a copy of a new or changed object under a fresh version; returns the stored object
+   * (frozen). The copy is made through its JSON encoding, which is kept as the object's.
+   */
   put(resource: string, namespace: string, name: string, obj: Obj): Obj {
     const k = key(resource, namespace, name);
     const prev = this.objects.get(k);
     const rv = ++this.rv;
-    const stored = structuredClone(obj);
-    stored['metadata'] = { ...(stored['metadata'] ?? {}), resourceVersion: String(rv) };
+    // One stringify gives both encodings: the list item's (no apiVersion, kind) and, with them
+    // put first, the object's; lists and watches then never encode a large object on demand.
+    const { apiVersion, kind, ...rest } = obj;
+    const item = JSON.stringify({ ...rest, metadata: { ...(obj['metadata'] ?? {}), resourceVersion: String(rv) } });
+    const typeMeta = [apiVersion === undefined ? '' : `"apiVersion":${JSON.stringify(apiVersion)}`, kind === undefined ? '' : `"kind":${JSON.stringify(kind)}`].filter((x) => x !== '').join(',');
+    const text = typeMeta === '' ? item : `{${typeMeta},${item.slice(1)}`;
+    const stored = deepFreeze(JSON.parse(text) as Obj);
+    encodings.set(stored, text);
+    itemEncodings.set(stored, item);
     this.objects.set(k, stored);
     this.record({ rv, type: prev ? 'MODIFIED' : 'ADDED', resource, namespace, name, object: stored, prev, time: this.clock.now() });
-    return structuredClone(stored);
+    return stored;
   }
 
-  /** Removes an object; the DELETED event carries its last state under the deletion's version. */
+  /** Removes an object; the DELETED event carries its last state under the deletion's version (returned, frozen). */
   remove(resource: string, namespace: string, name: string): Obj | undefined {
     const k = key(resource, namespace, name);
     const prev = this.objects.get(k);
     if (!prev) return undefined;
     this.objects.delete(k);
     const rv = ++this.rv;
-    const last = structuredClone(prev);
-    last['metadata'] = { ...last['metadata'], resourceVersion: String(rv) };
+    // Shares everything but the top level and metadata with the (frozen) last state.
+    const last = Object.freeze({ ...prev, metadata: Object.freeze({ ...prev['metadata'], resourceVersion: String(rv) }) });
     this.record({ rv, type: 'DELETED', resource, namespace, name, object: last, prev, time: this.clock.now() });
-    return structuredClone(last);
+    return last;
   }
 
   /** Forgets all history up to now: every version before the current one answers 410. */
@@ -179,4 +195,39 @@ export function sortKey(o: Obj): string {
 
 function sortObjects(objs: Obj[]): Obj[] {
   return objs.sort((a, b) => (sortKey(a) < sortKey(b) ? -1 : sortKey(a) > sortKey(b) ? 1 : 0));
+}
+
+/** Deep-freezes a JSON value in place (the stored objects: shared by every reader). */
+function deepFreeze<T>(v: T): T {
+  const stack: unknown[] = [v];
+  while (stack.length > 0) {
+    const x = stack.pop();
+    if (x === null || typeof x !== 'object' || Object.isFrozen(x)) continue;
+    Object.freeze(x);
+    for (const c of Object.values(x as object)) if (c !== null && typeof c === 'object') stack.push(c);
+  }
+  return v;
+}
+
+const encodings = new WeakMap<object, string>();
+const itemEncodings = new WeakMap<object, string>();
+
+/** The compact JSON of an object, made once per stored object (a frozen object never changes). */
+export function encodeJson(o: Obj): string {
+  const cached = encodings.get(o);
+  if (cached !== undefined) return cached;
+  const text = JSON.stringify(o);
+  if (Object.isFrozen(o)) encodings.set(o, text);
+  return text;
+}
+
+/** The JSON of an object as a list item: without apiVersion and kind (upstream's list items carry none). Cached as encodeJson. */
+export function encodeListItem(o: Obj): string {
+  const cached = itemEncodings.get(o);
+  if (cached !== undefined) return cached;
+  const c: Obj = {};
+  for (const [k, v] of Object.entries(o)) if (k !== 'apiVersion' && k !== 'kind' && v !== undefined) c[k] = v;
+  const text = JSON.stringify(c);
+  if (Object.isFrozen(o)) itemEncodings.set(o, text);
+  return text;
 }

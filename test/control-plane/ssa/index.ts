@@ -163,20 +163,27 @@ function ignoredSet(ignored: IgnoredFields | undefined): FieldSet | undefined {
 
 // ------------------------------------------------------------------ helpers
 
+/** A deep copy of a JSON value (JSON round trip: several times faster than structuredClone on large objects). */
 function clone<T>(v: T): T {
-  return structuredClone(v);
+  return JSON.parse(JSON.stringify(v)) as T;
 }
 
-/** A copy of the object without metadata.managedFields (never part of any field set). */
+/**
+ * The object without metadata.managedFields (never part of any field set). Shallow: a new
+ * top level and metadata, everything else shared (nothing here mutates values, and copying a
+ * 1 MB object per write is what made large objects slow, issue 26).
+ */
 function withoutManagedFields(o: Obj): Obj {
-  const c = clone(o);
-  if (isObj(c['metadata'])) delete c['metadata']['managedFields'];
-  return c;
+  if (!isObj(o['metadata'])) return { ...o };
+  const meta: Obj = { ...o['metadata'] };
+  delete meta['managedFields'];
+  return { ...o, metadata: meta };
 }
 
+/** The object with these entries as metadata.managedFields; shallow as withoutManagedFields. */
 function withManagedFields(o: Obj, entries: ManagedFieldsEntry[]): Obj {
-  const out = clone(o);
-  const meta: Obj = isObj(out['metadata']) ? out['metadata'] : {};
+  const out: Obj = { ...o };
+  const meta: Obj = isObj(out['metadata']) ? { ...out['metadata'] } : {};
   if (entries.length > 0) meta['managedFields'] = entries as unknown as Json;
   else delete meta['managedFields'];
   out['metadata'] = meta;

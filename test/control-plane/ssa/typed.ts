@@ -316,7 +316,9 @@ function compareInto(lhs: Json | undefined, rhs: Json | undefined, node: SchemaN
 }
 
 function compareListItems(a: ListAtom, lhs: Json[], rhs: Json[], path: PathElement[], c: Comparison): void {
-  const order: PathElement[] = [];
+  // First-seen order of the keys of both sides; a Map keeps it in O(1) per item (a list of
+  // 10,000 env entries must not cost 10,000² key renderings).
+  const order = new Map<string, PathElement>();
   const index = (items: Json[]): Map<string, Json[]> => {
     const m = new Map<string, Json[]>();
     for (const item of items) {
@@ -326,15 +328,14 @@ function compareListItems(a: ListAtom, lhs: Json[], rhs: Json[], path: PathEleme
       if (list) list.push(item);
       else {
         m.set(k, [item]);
-        if (!order.some((o) => peKey(o) === k)) order.push(pe);
+        if (!order.has(k)) order.set(k, pe);
       }
     }
     return m;
   };
   const lv = index(lhs);
   const rv = index(rhs);
-  for (const pe of order) {
-    const k = peKey(pe);
+  for (const [k, pe] of order) {
     const l = lv.get(k) ?? [];
     const r = rv.get(k) ?? [];
     const p = [...path, pe];
