@@ -214,7 +214,8 @@ export class AllocationRecord {
   /** Records a pod's resources; writes only when they changed. */
   async setPod(uid: string, info: PodResourceInfo): Promise<void> {
     if (sameJson(this.#entries[uid], info)) return;
-    this.#entries[uid] = info;
+    // A copy of its own: setContainer changes it in place.
+    this.#entries[uid] = { ...info, ContainerResources: { ...info.ContainerResources } };
     await this.#write();
   }
 
@@ -222,7 +223,10 @@ export class AllocationRecord {
   async setContainer(uid: string, name: string, r: ResourceRequirements): Promise<void> {
     const cur = this.#entries[uid];
     if (cur && sameJson(cur.ContainerResources[name], r)) return;
-    this.#entries[uid] = { ...cur, ContainerResources: { ...(cur?.ContainerResources ?? {}), [name]: r } };
+    // In place (the entry is this record's own copy): a copy of the pod's map per container
+    // was quadratic over a pod's start (the API lets a pod have ~45,000 containers).
+    if (cur) (cur.ContainerResources as Record<string, ResourceRequirements>)[name] = r;
+    else this.#entries[uid] = { ContainerResources: { [name]: r } };
     await this.#write();
   }
 
@@ -242,10 +246,21 @@ export class AllocationRecord {
     return gone;
   }
 
-  /** Serialized: a write starts after the previous one ended and writes the latest content. */
+  /** A write queued behind the one in flight, not started yet: it will write the latest content. */
+  #queued: Promise<void> | undefined;
+
+  /**
+   * Serialized: a write starts after the previous one ended and writes the latest content.
+   * Changes made while a write is queued join it (one encoding of the whole record, not one
+   * per change).
+   */
   #write(): Promise<void> {
-    const next = this.#writing.then(() => writeFileAtomic(this.file, encodeAllocationCheckpoint(this.#entries), 0o600));
-    this.#writing = next.catch((err: unknown) => {
+    if (this.#queued) return this.#queued;
+    const next = this.#writing.then(() => {
+      this.#queued = undefined;
+      return writeFileAtomic(this.file, encodeAllocationCheckpoint(this.#entries), 0o600);
+    });
+    this.#writing = this.#queued = next.catch((err: unknown) => {
       this.log.warn({ file: this.file, err: errorMessage(err) }, `cannot write pod resource record ${this.file}: ${errorMessage(err)}`);
     });
     return this.#writing;

@@ -118,7 +118,12 @@ const nsToMs = (ns: number) => (ns > 0 ? Math.floor(ns / 1e6) : undefined);
 
 /** The same entry objects, in any order (the runtime lists in no fixed order). */
 function sameEntries(a: readonly object[], b: readonly object[]): boolean {
-  return a.length === b.length && b.every((x) => a.includes(x));
+  if (a.length !== b.length) return false;
+  // In order (the usual case) without a set; otherwise a set, never a search per entry
+  // (quadratic: a pod may have ~45,000 containers, and this runs at every relist).
+  if (a.every((x, i) => x === b[i])) return true;
+  const inA = new Set(a);
+  return b.every((x) => inA.has(x));
 }
 
 function withReason(err: unknown, reason: string, prefix: string): NodeletError {
@@ -377,9 +382,11 @@ export class CriPodRuntime implements PodRuntime {
     const uid = pod.metadata?.uid ?? '';
     if (!a || !uid || !observed.sandboxes.some((s) => s.ready)) return;
     if (!a.allocated.get(uid)) await a.allocated.setPod(uid, podResourceInfo(pod));
-    const specs = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+    // By name, the first of each, as a search would find it (a search per container was quadratic).
+    const specs = new Map<string, Container>();
+    for (const s of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) if (!specs.has(s.name)) specs.set(s.name, s);
     for (const c of observed.containers) {
-      const spec = c.state === 'running' ? specs.find((s) => s.name === c.name) : undefined;
+      const spec = c.state === 'running' ? specs.get(c.name) : undefined;
       if (spec && !a.actuated.get(uid)?.ContainerResources[c.name]) await a.actuated.setContainer(uid, c.name, containerResources(spec));
     }
   }

@@ -15,7 +15,7 @@
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { containerHash as kubeletContainerHash } from './container-hash.js';
-import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
+import { containersByName, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
 
 export const BACKOFF = { initialMs: 10_000, maxMs: 300_000, resetAfterRunMs: 600_000 } as const;
 
@@ -102,8 +102,17 @@ export function podTitle(pod: Pod): string {
  * container-hash.ts), so containers a kubelet made are recognized as unchanged.
  */
 export function containerHash(c: Container): string {
-  return kubeletContainerHash(c);
+  // Each sync asks for every running container's hash: kept per spec object (a pod's spec lives
+  // as long as its version), as container-hash.ts's bounded memo is cleared over and over by a
+  // pod of more than its 4,096 entries (the API lets a pod have ~45,000 containers).
+  const known = hashes.get(c);
+  if (known && known.name === c.name && known.image === c.image) return known.hash;
+  const hash = kubeletContainerHash(c);
+  hashes.set(c, { name: c.name, image: c.image, hash });
+  return hash;
 }
+
+const hashes = new WeakMap<Container, { name: string; image: string | undefined; hash: string }>();
 
 export function computePodActions(pod: Pod, observed: ObservedPod, now: number, backoff: BackoffPolicy = BACKOFF): PodActions {
   const actions: PodActions = { killPod: false, start: [], kill: [], removeContainers: [], removeSandboxes: [], waiting: {} };
@@ -112,21 +121,24 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
   const apps = pod.spec?.containers ?? [];
   const sb = latestSandbox(observed);
   const readySandboxes = observed.sandboxes.filter((s) => s.ready);
+  // Looked up by name once per container: grouped once (the API lets a pod have ~45,000).
+  const byName = containersByName(observed);
+  const named = (name: string): readonly ObservedContainer[] => byName.get(name) ?? [];
   const nextCount = (name: string) => {
-    const prev = containersNamed(observed, name)[0];
+    const prev = named(name)[0];
     return prev ? prev.restartCount + 1 : 0;
   };
 
   // Of each name's dead containers the newest stays (it is the status's lastState, as the
   // kubelet's container GC keeps one per container); older ones, and old idle sandboxes, go.
-  const names = new Set(observed.containers.map((c) => c.name));
-  for (const name of names) {
-    const dead = containersNamed(observed, name).filter((c) => c.state === 'exited');
+  for (const all of byName.values()) {
+    const dead = all.filter((c) => c.state === 'exited');
     for (const c of dead.slice(1)) actions.removeContainers.push(c.id);
   }
+  const busySandboxes = new Set(observed.containers.filter((c) => c.state === 'running').map((c) => c.podSandboxId));
   for (const s of observed.sandboxes) {
     if (s === sb || s.ready) continue;
-    if (!observed.containers.some((c) => c.podSandboxId === s.id && c.state === 'running')) actions.removeSandboxes.push(s.id);
+    if (!busySandboxes.has(s.id)) actions.removeSandboxes.push(s.id);
   }
 
   const needNewSandbox = !sb || !sb.ready || readySandboxes.length > 1;
@@ -137,7 +149,7 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
       actions.killPod = observed.containers.some((c) => c.state === 'running') || readySandboxes.length > 0;
       return actions;
     }
-    if (sb && policy === 'OnFailure' && anyRan && allSucceeded(pod, observed)) {
+    if (sb && policy === 'OnFailure' && anyRan && allSucceeded(pod, byName)) {
       actions.killPod = readySandboxes.length > 0;
       return actions;
     }
@@ -148,7 +160,7 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     return actions;
   }
 
-  const inSandbox = (name: string) => containersNamed(observed, name).filter((c) => c.podSandboxId === sb.id)[0];
+  const inSandbox = (name: string) => named(name).find((c) => c.podSandboxId === sb.id);
   const specNames = new Set([...inits, ...apps].map((c) => c.name));
   for (const c of observed.containers) {
     if (c.podSandboxId === sb.id && c.state === 'running' && !specNames.has(c.name)) {
@@ -220,9 +232,9 @@ function formatSeconds(ms: number): string {
   return s >= 60 ? `${Math.floor(s / 60)}m${s % 60}s` : `${s}s`;
 }
 
-function allSucceeded(pod: Pod, observed: ObservedPod): boolean {
+function allSucceeded(pod: Pod, byName: ReadonlyMap<string, readonly ObservedContainer[]>): boolean {
   return (pod.spec?.containers ?? []).every((c) => {
-    const cur = containersNamed(observed, c.name)[0];
+    const cur = byName.get(c.name)?.[0];
     return cur?.state === 'exited' && cur.exitCode === 0;
   });
 }

@@ -108,13 +108,14 @@ class Problems {
     }
     const out: Record<string, string> = {};
     for (const [k, val] of Object.entries(v)) {
-      const f = `${field}.${key}[${show(k)}]`;
+      // The field's name only for a problem: a map of 20,000 good labels builds none.
+      const f = () => `${field}.${key}[${show(k)}]`;
       const kp = qualifiedNameProblem(k);
-      if (kp) this.add(f, `invalid key: ${kp}`);
-      if (typeof val !== 'string') this.add(f, `value must be a string, got ${show(val)}`);
+      if (kp) this.add(f(), `invalid key: ${kp}`);
+      if (typeof val !== 'string') this.add(f(), `value must be a string, got ${show(val)}`);
       else {
         const vp = checkValue?.(val);
-        if (vp) this.add(f, vp);
+        if (vp) this.add(f(), vp);
         out[k] = val;
       }
     }

@@ -161,11 +161,13 @@ export class ProbeManager {
    */
   update(pod: Pod, running: readonly RunningContainer[], host: string): void {
     const uid = pod.metadata!.uid!;
-    const specs = [...(pod.spec?.containers ?? [])];
+    // By name, the first of each (as a search of the spec finds it): one search per running container was quadratic.
+    const specs = new Map<string, Container>();
+    for (const c of pod.spec?.containers ?? []) if (!specs.has(c.name)) specs.set(c.name, c);
     const keep = new Set<string>();
     let added = false;
     for (const rc of running) {
-      const c = specs.find((s) => s.name === rc.name);
+      const c = specs.get(rc.name);
       if (!c) continue;
       for (const kind of ['startup', 'liveness', 'readiness'] as const) {
         const probe = c[`${kind}Probe`];

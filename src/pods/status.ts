@@ -4,7 +4,7 @@
  * CreateContainerError, ErrImagePull, ...). Phase follows the kubelet's getPhase.
  */
 import type { ContainerState, ContainerStatus, Pod, PodCondition, PodStatus } from 'kubernetes-types/core/v1.js';
-import { containersNamed, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
+import { containersByName, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
 import { restartPolicy, type Waiting } from './plan.js';
 import { limitTerminationMessages } from './termination-message.js';
 
@@ -41,14 +41,14 @@ function terminated(c: ObservedContainer, runtimeName: string): ContainerState {
 function containerStatus(
   name: string,
   image: string,
-  observed: ObservedPod,
+  /** The observed containers of this name, newest first (containersByName). */
+  all: readonly ObservedContainer[],
   sandboxId: string | undefined,
   waiting: Waiting | undefined,
   defaultWaiting: string,
   runtimeName: string,
   probes?: StatusInputs['probes'],
 ): ContainerStatus {
-  const all = containersNamed(observed, name);
   const cur = all.find((c) => c.podSandboxId === sandboxId) ?? all[0];
   const prevDead = all.find((c) => c !== cur && c.state === 'exited');
   let state: ContainerState;
@@ -84,10 +84,13 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
   const sandboxId = sb?.id;
   const inits = pod.spec?.initContainers ?? [];
   const apps = pod.spec?.containers ?? [];
-  const initStatuses = inits.map((c) => containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], 'PodInitializing', runtimeName));
+  // Grouped once: looking each container up in the whole list is quadratic (~45,000 containers fit in a pod).
+  const byName = containersByName(observed);
+  const named = (name: string) => byName.get(name) ?? [];
+  const initStatuses = inits.map((c) => containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], 'PodInitializing', runtimeName));
   const initialized = initStatuses.every((s) => s.state?.terminated?.exitCode === 0);
   const appStatuses = apps.map((c) =>
-    containerStatus(c.name, c.image ?? '', observed, sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName, inp.probes),
+    containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName, inp.probes),
   );
   const initFailed = initStatuses.some((s) => (s.state?.terminated?.exitCode ?? 0) !== 0) && restartPolicy(pod) === 'Never';
 
