@@ -27,6 +27,8 @@ import { runnableApiPods, type PodFeed, type PodSources, type SourceName } from 
 import { PodStatusWriter, type PodStatusApi } from './pods/status-writer.js';
 import type { PodStatus } from 'kubernetes-types/core/v1.js';
 import type { RuntimeState } from './runtime/health.js';
+import type { Image } from './runtime/types.js';
+import { reservedResources } from './node/status.js';
 import type { ReviewClient } from './server/auth.js';
 import { KUBELET_VERSION, VERSION } from './version.js';
 
@@ -68,6 +70,8 @@ export interface ModeContext {
   onNodeShutdown?: (reportNow: () => void) => void;
   /** The runtime's image filesystems (CRI ImageFsInfo mountpoints), for the imagefs signals. */
   imageFsMountpoints?: () => Promise<string[]>;
+  /** The runtime's images as last listed (the image manager's), for the Node's status.images. */
+  images?: () => readonly Image[];
 }
 
 export interface NodeMode {
@@ -144,6 +148,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     staticPodsChanged: (pods) => mirrors.setStaticPods(pods),
     services(ctx) {
       const machine = readMachineFacts();
+      const reserved = reservedResources(cfg.kubeReserved, cfg.systemReserved);
       // Pressure conditions from the node's measured state against evictionHard.
       const pressure = new PressureMonitor({
         reader: new SignalReader({
@@ -164,18 +169,26 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
         updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
         reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
         ...(ctx.podCIDR ? { onPodCIDR: ctx.podCIDR } : {}),
-        facts: async () => ({
-          ...machine,
-          nodeName: identity.nodeName,
-          hostname: identity.hostname,
-          ips: identity.ips,
-          maxPods: cfg.maxPods,
-          evictionHardMemoryBytes: pressure.memoryThresholdBytes(machine.memoryBytes),
-          kubeletPort: cfg.port,
-          kubeletVersion: `${KUBELET_VERSION}-nodelet.${VERSION}`,
-          runtime: ctx.runtimeState(),
-          pressure: await pressure.decide(),
-        }),
+        facts: async () => {
+          const decided = await pressure.decide();
+          return {
+            ...machine,
+            nodeName: identity.nodeName,
+            hostname: identity.hostname,
+            ips: identity.ips,
+            maxPods: cfg.maxPods,
+            evictionHardMemoryBytes: pressure.memoryThresholdBytes(machine.memoryBytes),
+            // Allocatable: kubeReserved + systemReserved and the nodefs.available threshold off ephemeral-storage.
+            reserved,
+            ephemeralStorageBytes: pressure.nodefsCapacityBytes(),
+            evictionHardNodefs: pressure.nodefsThreshold(),
+            ...(ctx.images ? { images: ctx.images(), maxImages: cfg.nodeStatusMaxImages } : {}),
+            kubeletPort: cfg.port,
+            kubeletVersion: `${KUBELET_VERSION}-nodelet.${VERSION}`,
+            runtime: ctx.runtimeState(),
+            pressure: decided,
+          };
+        },
       });
       ctx.onNodeShutdown?.(() => reporter.reportNow());
       const statusWriter = new PodStatusWriter({

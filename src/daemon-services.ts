@@ -20,3 +20,4 @@ export { StatsProvider } from './metrics/stats.js';
 export { renderResourceMetrics } from './metrics/resource.js';
 export { configzBody } from './metrics/configz.js';
 export { PodSources } from './pods/sources.js';
+export { ImageManager, imageGcPolicy } from './pods/image-gc.js';

@@ -9,6 +9,7 @@
  * watchdog pings.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import { realClock, type Clock } from './clock.js';
 import { standaloneMode, type Mode, type NodeMode } from './connected.js';
 import { errorMessage } from './errors.js';
@@ -27,6 +28,7 @@ import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/f
 import { parseEndpoint } from './runtime/endpoint.js';
 import type { RuntimeState } from './runtime/health.js';
 import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
+import { hostAppArmorEnabled, podAdmitHandlers } from './pods/admission.js';
 import type { Observability } from './server/https-server.js';
 import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './system/host-facts.js';
 import type { HostCheckResult } from './system/host-checks.js';
@@ -268,7 +270,7 @@ export class Daemon {
     const log = this.#log;
     const services: Service[] = [];
     // The services' modules, once /healthz answers (daemon-services.ts).
-    const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, RuntimeEvents, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy } = await import('./daemon-services.js');
+    const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, RuntimeEvents, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy, ImageManager, imageGcPolicy } = await import('./daemon-services.js');
     const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
     // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
     const metrics = new Metrics({ nodeName: identity.nodeName, loopDelay: this.#loopDelay });
@@ -367,6 +369,14 @@ export class Daemon {
       // Runtime pods another node's agent made are never removed, and reported on this Node.
       nodeName: identity.nodeName,
       metrics,
+      // Admission: sysctls (the safe set for this kernel plus allowedUnsafeSysctls, a bad entry
+      // is fatal as for the kubelet), AppArmor on this host, user namespaces.
+      admitHandlers: podAdmitHandlers({
+        kernelRelease: os.release(),
+        allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [],
+        appArmorEnabled: await hostAppArmorEnabled(),
+        runtimeSupportsSupplementalGroupsPolicy: () => health.features()?.supplementalGroupsPolicy,
+      }),
     });
     this.#status = { runtime: () => health.state(), pods: () => pods.listPods().length };
     this.health.add(pods.healthCheck());
@@ -383,6 +393,26 @@ export class Daemon {
         await pods.stop();
       },
     });
+    // The node's images and their garbage collection (the kubelet's image GC manager), standalone and connected.
+    // NODELET_TEST_IMAGE_GC_PERIOD (tests only, a Go duration) shortens the kubelet's 5 min period.
+    let gcPeriod: number | undefined;
+    try {
+      const text = this.#deps.env['NODELET_TEST_IMAGE_GC_PERIOD'];
+      if (text) gcPeriod = Math.max(100, parseDuration(text));
+    } catch (err) {
+      log.warn(`NODELET_TEST_IMAGE_GC_PERIOD ignored: ${errorMessage(err)}`);
+    }
+    const images = new ImageManager({
+      runtime: cri,
+      policy: imageGcPolicy(cfg, parseDuration),
+      rootDir: flags.rootDir,
+      clock: this.#deps.clock,
+      logger: log.child({ component: 'image-gc' }),
+      events: mode.events,
+      nodeName: identity.nodeName,
+      ...(gcPeriod ? { gcPeriodMs: gcPeriod, listPeriodMs: gcPeriod } : {}),
+    });
+    services.push({ name: 'image-gc', start: (signal) => images.start(signal), stop: () => images.stop() });
     // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
     const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock: this.#deps.clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }), metrics });
     services.push({ name: 'node-shutdown', start: (signal) => shutdown.start(signal), stop: () => shutdown.stop() });
@@ -428,6 +458,7 @@ export class Daemon {
         runtimeState: () => shutdown.runtimeState(health.state()),
         rootDir: flags.rootDir,
         imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),
+        images: () => images.images(),
         podCIDR: (cidr) => void podCidr.update(cidr),
         onLeaseRenew: (ok) => metrics.leaseRenewed(ok),
         onNodeShutdown: (reportNow) => shutdown.onShutdownStart(reportNow),

@@ -106,7 +106,15 @@ export interface KubeletConfiguration {
   nodeStatusUpdateFrequency: string;
   nodeStatusReportFrequency: string;
   nodeLeaseDurationSeconds: number;
-  /** accepted */ nodeStatusMaxImages: number;
+  /** At most this many images in the Node's status.images (-1: all). */
+  nodeStatusMaxImages: number;
+
+  // --- image garbage collection (src/pods/image-gc.ts)
+  imageMinimumGCAge: string;
+  /** 0 or unset: off. */
+  imageMaximumGCAge?: string;
+  imageGCHighThresholdPercent: number;
+  imageGCLowThresholdPercent: number;
 
   // --- eviction and reservations
   /** Signal -> quantity or percentage. Unset: the kubelet defaults; set: only the signals given (see defaults.ts). */
@@ -117,8 +125,9 @@ export interface KubeletConfiguration {
   /** accepted */ evictionPressureTransitionPeriod: string;
   /** accepted */ evictionMaxPodGracePeriod?: number;
   /** accepted */ evictionMinimumReclaim?: Record<string, string>;
-  /** accepted */ systemReserved?: Record<string, string>;
-  /** accepted */ kubeReserved?: Record<string, string>;
+  /** Subtracted from the Node's allocatable (cpu, memory, ephemeral-storage; pid accepted). No cgroups are made for them. */
+  systemReserved?: Record<string, string>;
+  kubeReserved?: Record<string, string>;
   /** accepted */ reservedSystemCPUs?: string;
   /** accepted */ enforceNodeAllocatable: string[];
 
@@ -136,10 +145,6 @@ export interface KubeletConfiguration {
   kubeAPIQPS: number;
   kubeAPIBurst: number;
   contentType: string;
-  imageMinimumGCAge: string;
-  imageMaximumGCAge?: string;
-  imageGCHighThresholdPercent: number;
-  imageGCLowThresholdPercent: number;
   imagePullCredentialsVerificationPolicy?: string;
   preloadedImagesVerificationAllowlist?: string[];
   volumeStatsAggPeriod: string;

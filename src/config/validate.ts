@@ -300,6 +300,42 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
     }
   }
 
+  // Image garbage collection and the node's images, as the kubelet validates them.
+  intIn(['imageGCHighThresholdPercent'], 0, 100, 'must be between 0 and 100, inclusive');
+  intIn(['imageGCLowThresholdPercent'], 0, 100, 'must be between 0 and 100, inclusive');
+  const gcHigh = get(['imageGCHighThresholdPercent']);
+  const gcLow = get(['imageGCLowThresholdPercent']);
+  if (typeof gcHigh === 'number' && typeof gcLow === 'number' && gcLow >= gcHigh) {
+    // Named on the field the operator set (a defaulted low threshold is not what is wrong).
+    if (originOf(['imageGCLowThresholdPercent']) === 'default') add(['imageGCHighThresholdPercent'], `must be greater than imageGCLowThresholdPercent (${gcLow}), got ${gcHigh}`);
+    else add(['imageGCLowThresholdPercent'], `must be less than imageGCHighThresholdPercent (${gcHigh}), got ${gcLow}`);
+  }
+  const maxAge = get(['imageMaximumGCAge']);
+  const minAge = get(['imageMinimumGCAge']);
+  if (typeof maxAge === 'string' && typeof minAge === 'string') {
+    const max = parseDurationNs(maxAge);
+    if (max > 0n && max <= parseDurationNs(minAge)) add(['imageMaximumGCAge'], `must be greater than imageMinimumGCAge (${minAge}), got ${JSON.stringify(maxAge)}`);
+  }
+  intIn(['nodeStatusMaxImages'], -1, Infinity, 'must be -1 or greater');
+  // kubeReserved/systemReserved: the resources the kubelet can reserve, as non-negative quantities.
+  for (const field of ['kubeReserved', 'systemReserved']) {
+    const m = get([field]);
+    if (!isJsonObject(m)) continue;
+    for (const [k, v] of Object.entries(m)) {
+      const p = [field, k];
+      if (!['cpu', 'memory', 'ephemeral-storage', 'pid'].includes(k)) {
+        add(p, `cannot reserve ${JSON.stringify(k)} (only cpu, memory, ephemeral-storage and pid)`);
+        continue;
+      }
+      if (typeof v !== 'string') continue;
+      try {
+        if (parseQuantity(v).sign < 0) add(p, `must not be negative, got ${JSON.stringify(v)}`);
+      } catch (err) {
+        add(p, (err as Error).message);
+      }
+    }
+  }
+
   // The kubelet's rule (KubeletCrashLoopBackOffMax): the period only with its gate, and within 1s..300s.
   const restartPeriod = get(['crashLoopBackOff', 'maxContainerRestartPeriod']);
   if (typeof restartPeriod === 'string') {

@@ -205,8 +205,22 @@ export class PressureMonitor {
     return t ? thresholdAmount(t, capacity) : 0;
   }
 
+  /** The nodefs.available hard threshold (an amount or a fraction of the capacity), for allocatable ephemeral-storage; undefined: none. */
+  nodefsThreshold(): { quantity: number } | { fraction: number } | undefined {
+    const t = this.thresholds.find((x) => x.signal === 'nodefs.available');
+    return t ? ('quantity' in t ? { quantity: t.quantity } : { fraction: t.fraction }) : undefined;
+  }
+
+  /** Capacity of the root dir's filesystem in bytes as last measured (the ephemeral-storage capacity); undefined until read once. */
+  nodefsCapacityBytes(): number | undefined {
+    return this.#nodefsCapacity;
+  }
+
+  #nodefsCapacity: number | undefined;
+
   async decide(): Promise<PressureDecision> {
     const obs = await this.#o.reader.observe();
+    if (obs['nodefs.available']) this.#nodefsCapacity = obs['nodefs.available'].capacity;
     const now = this.#o.clock.now();
     const held = holdPressure(decidePressure(this.thresholds, obs), this.#lastMet, now, this.#o.transitionPeriodMs);
     this.#lastMet = held.lastMet;

@@ -2,7 +2,8 @@
  * The Node object nodelet registers and the status it reports, as the kubelet builds them.
  * Pure: the facts about the machine are gathered at the edge (node/facts.ts); this decides
  * the conditions, capacity, allocatable, addresses, labels and info, and whether a new
- * status differs from the last one reported (heartbeat times aside).
+ * status differs from the last one reported (heartbeat times aside), and the images
+ * the runtime holds (`status.images`).
  *
  * Conditions (reasons and messages are the kubelet's): MemoryPressure, DiskPressure,
  * PIDPressure as node/pressure.ts decided them from the measured signals (a condition it
@@ -14,8 +15,10 @@
  * (one alone as it is, several as `[a, b]`). `lastTransitionTime` moves only when a
  * condition's status changes; `lastHeartbeatTime` on every report.
  */
-import type { Node, NodeAddress, NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
+import type { ContainerImage, Node, NodeAddress, NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
+import { parseQuantity } from '../config/quantity.js';
 import type { RuntimeState } from '../runtime/health.js';
+import type { Image } from '../runtime/types.js';
 import type { PressureDecision, PressureType } from './pressure.js';
 
 /**
@@ -37,6 +40,19 @@ export interface NodeFacts {
   maxPods: number;
   /** evictionHard memory.available in bytes: subtracted from allocatable memory. */
   evictionHardMemoryBytes: number;
+  /** kubeReserved + systemReserved (reservedResources()): subtracted from allocatable. Absent: nothing reserved. */
+  reserved?: Reservation;
+  /**
+   * Size of the root dir's filesystem in bytes (statfs blocks × block size): the
+   * `ephemeral-storage` capacity. Absent (not measured yet): no ephemeral-storage reported.
+   */
+  ephemeralStorageBytes?: number | undefined;
+  /** evictionHard nodefs.available, an amount or a fraction of the capacity: subtracted from allocatable ephemeral-storage. */
+  evictionHardNodefs?: { quantity: number } | { fraction: number } | undefined;
+  /** The runtime's images (CRI ListImages); absent: `status.images` is not reported. */
+  images?: readonly Image[];
+  /** nodeStatusMaxImages: at most this many images in the status (-1: all). Default 50. */
+  maxImages?: number;
   kubeletPort: number;
   /** e.g. `v1.35.0-nodelet.0.1.0` (version.ts): what `kubectl get nodes` shows as VERSION. */
   kubeletVersion: string;
@@ -114,13 +130,97 @@ function addresses(facts: NodeFacts): NodeAddress[] {
   return [...facts.ips.map((address) => ({ type: 'InternalIP', address })), { type: 'Hostname', address: facts.hostname }];
 }
 
-export function nodeStatus(facts: NodeFacts, previous: NodeStatus | undefined, now: string): NodeStatus {
+/** What kubeReserved and systemReserved set aside together, in base units. */
+export interface Reservation {
+  cpuMillis: number;
+  memoryBytes: number;
+  ephemeralStorageBytes: number;
+}
+
+/**
+ * kubeReserved + systemReserved (maps validated by the config: `cpu`, `memory`,
+ * `ephemeral-storage`, `pid`, non-negative quantities) summed per resource; CPU in
+ * millicores, the others in bytes rounded up (Go's `Value()`).
+ */
+export function reservedResources(...maps: (Readonly<Record<string, string>> | undefined)[]): Reservation {
+  const out: Reservation = { cpuMillis: 0, memoryBytes: 0, ephemeralStorageBytes: 0 };
+  for (const m of maps) {
+    for (const [k, v] of Object.entries(m ?? {})) {
+      const q = parseQuantity(v);
+      if (k === 'cpu') out.cpuMillis += Number(q.millis);
+      else if (k === 'memory') out.memoryBytes += Number(q.roundedUp);
+      else if (k === 'ephemeral-storage') out.ephemeralStorageBytes += Number(q.roundedUp);
+    }
+  }
+  return out;
+}
+
+/**
+ * A byte count as a BinarySI quantity in Go's canonical form: the largest power-of-1024
+ * suffix that keeps it whole (`10Gi`, `20469760Ki`, `17790086017`); under 1024, decimal.
+ */
+export function binaryQuantity(bytes: number): string {
+  let n = Math.max(0, Math.floor(bytes));
+  if (n < 1024) return decimalBytes(n);
+  const suffixes = ['', 'Ki', 'Mi', 'Gi', 'Ti', 'Pi', 'Ei'];
+  let i = 0;
+  while (i < suffixes.length - 1 && n % 1024 === 0) {
+    n /= 1024;
+    i++;
+  }
+  return `${n}${suffixes[i]}`;
+}
+
+/** A whole number under 1024 as Go's canonical DecimalSI (`1000` -> `1k`). */
+function decimalBytes(n: number): string {
+  return n !== 0 && n % 1000 === 0 ? `${n / 1000}k` : String(n);
+}
+
+/** CPU millicores as Go's canonical DecimalSI: `2`, `1900m`. */
+export function cpuQuantity(millis: number): string {
+  const m = Math.max(0, Math.round(millis));
+  return m % 1000 === 0 ? String(m / 1000) : `${m}m`;
+}
+
+/**
+ * The Node's images (the kubelet's Images setter): largest first (ties by ID, descending),
+ * at most `max` of them (-1: all), each named by its digests then its tags (at most 5
+ * names, MaxNamesPerImageInNodeStatus) with its size.
+ */
+export function nodeImages(images: readonly Image[], max = 50): ContainerImage[] {
+  const sorted = [...images].sort((a, b) => b.size - a.size || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+  const kept = max > -1 && max < sorted.length ? sorted.slice(0, max) : sorted;
+  return kept.map((i) => ({ names: [...i.repoDigests, ...i.repoTags].slice(0, 5), sizeBytes: i.size }));
+}
+
+/**
+ * Capacity and allocatable (the kubelet's MachineInfo setter): allocatable = capacity −
+ * kubeReserved − systemReserved − the hard eviction threshold of the resource
+ * (memory.available for memory, nodefs.available for ephemeral-storage, a percentage of
+ * the capacity), floored at 0. `ephemeral-storage` only once the root dir's filesystem was
+ * measured.
+ */
+export function capacityAndAllocatable(facts: NodeFacts): Pick<NodeStatus, 'capacity' | 'allocatable'> {
+  const r = facts.reserved ?? { cpuMillis: 0, memoryBytes: 0, ephemeralStorageBytes: 0 };
   const memory = facts.memoryBytes;
-  const allocatableMemory = Math.max(0, memory - facts.evictionHardMemoryBytes);
+  const allocatableMemory = Math.max(0, memory - r.memoryBytes - facts.evictionHardMemoryBytes);
+  const capacity: Record<string, string> = { cpu: String(facts.cpuCores), memory: `${Math.floor(memory / 1024)}Ki`, pods: String(facts.maxPods) };
+  const allocatable: Record<string, string> = { cpu: cpuQuantity(facts.cpuCores * 1000 - r.cpuMillis), memory: `${Math.floor(allocatableMemory / 1024)}Ki`, pods: String(facts.maxPods) };
+  const storage = facts.ephemeralStorageBytes;
+  if (storage !== undefined && Number.isFinite(storage) && storage >= 0) {
+    const t = facts.evictionHardNodefs;
+    // The kubelet's GetThresholdQuantity: int64(capacity × percentage), truncated.
+    const eviction = !t ? 0 : 'quantity' in t ? t.quantity : Math.floor(storage * t.fraction);
+    capacity['ephemeral-storage'] = binaryQuantity(storage);
+    allocatable['ephemeral-storage'] = binaryQuantity(storage - r.ephemeralStorageBytes - eviction);
+  }
+  return { capacity, allocatable };
+}
+
+export function nodeStatus(facts: NodeFacts, previous: NodeStatus | undefined, now: string): NodeStatus {
   const rt = facts.runtime;
   return {
-    capacity: { cpu: String(facts.cpuCores), memory: `${Math.floor(memory / 1024)}Ki`, pods: String(facts.maxPods) },
-    allocatable: { cpu: String(facts.cpuCores), memory: `${Math.floor(allocatableMemory / 1024)}Ki`, pods: String(facts.maxPods) },
+    ...capacityAndAllocatable(facts),
     conditions: nodeConditions(facts, previous?.conditions, now),
     addresses: addresses(facts),
     daemonEndpoints: { kubeletEndpoint: { Port: facts.kubeletPort } },
@@ -132,6 +232,7 @@ export function nodeStatus(facts: NodeFacts, previous: NodeStatus | undefined, n
       operatingSystem: facts.os,
       architecture: facts.arch,
     },
+    ...(facts.images ? { images: nodeImages(facts.images, facts.maxImages) } : {}),
   };
 }
 
@@ -193,5 +294,6 @@ export function statusChanges(prev: NodeStatus | undefined, next: NodeStatus): s
     for (const [k, v] of Object.entries(next[key] ?? {})) if (prev[key]?.[k] !== v) out.push(`${key}.${k}`);
   }
   for (const key of ['addresses', 'daemonEndpoints', 'nodeInfo'] as const) if (canonical(prev[key]) !== canonical(next[key])) out.push(key);
+  if (next.images !== undefined && canonical(prev.images ?? []) !== canonical(next.images)) out.push('images');
   return out;
 }

@@ -11,6 +11,7 @@ import { podHostname } from './dns.js';
 import { containerEnv } from './env.js';
 import { containerHash } from './plan.js';
 import { applyContainerSwap, type NodeSwap } from './swap.js';
+import { containerSecurityContext, podSysctls, sandboxSecurityContext, type ImageUser } from './security-context.js';
 
 import {
   ANN_CONTAINER_HASH,
@@ -68,11 +69,8 @@ export function sandboxConfig(pod: Pod, attempt: number, o: SandboxOptions): Cri
     annotations: { ...(pod.metadata?.annotations ?? {}) },
     portMappings: ports,
     linux: {
-      securityContext: {
-        namespaceOptions: namespaceOptions(pod),
-        ...(spec.securityContext?.runAsUser !== undefined ? { runAsUser: { value: spec.securityContext.runAsUser } } : {}),
-      },
-      sysctls: Object.fromEntries((spec.securityContext?.sysctls ?? []).map((s) => [s.name, s.value])),
+      securityContext: sandboxSecurityContext(pod, namespaceOptions(pod)),
+      sysctls: podSysctls(pod),
     },
   };
   // containerd refuses a hostname for a sandbox in the host's UTS namespace (FACTS.md);
@@ -95,6 +93,8 @@ export interface ContainerOptions {
   podIPs?: string[];
   /** The node's swap (memorySwap.swapBehavior and host facts); unset: no swap field is set (swap.ts). */
   swap?: NodeSwap;
+  /** The image's user (ImageStatus): the container runs as it unless runAsUser is set, as the kubelet's. */
+  imageUser?: ImageUser;
 }
 
 export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): CriObject {
@@ -112,9 +112,6 @@ export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): Cr
   resources.cpuShares = requests.cpu !== undefined ? Math.max(2, Math.round(o.quantity(requests.cpu) * 1024)) : 2;
   if (limits.memory !== undefined) resources.memoryLimitInBytes = Math.round(o.quantity(limits.memory));
   if (o.swap) applyContainerSwap(resources, pod, c, o.swap, o.quantity);
-  const sc = c.securityContext ?? {};
-  const psc = pod.spec?.securityContext ?? {};
-  const runAsUser = sc.runAsUser ?? psc.runAsUser;
   const ports = (c.ports ?? []).map((p) => ({ containerPort: p.containerPort, protocol: p.protocol ?? 'TCP', ...(p.name ? { name: p.name } : {}) }));
   return {
     metadata: { name: c.name, attempt: o.restartCount },
@@ -143,14 +140,7 @@ export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): Cr
     tty: !!c.tty,
     linux: {
       resources,
-      securityContext: {
-        privileged: !!sc.privileged,
-        namespaceOptions: namespaceOptions(pod),
-        seccomp: { profileType: o.seccomp.profileType, localhostRef: o.seccomp.localhostRef ?? '' },
-        readonlyRootfs: !!sc.readOnlyRootFilesystem,
-        noNewPrivs: sc.allowPrivilegeEscalation === false,
-        ...(runAsUser !== undefined ? { runAsUser: { value: runAsUser } } : {}),
-      },
+      securityContext: containerSecurityContext(pod, c, { namespaceOptions: namespaceOptions(pod), seccomp: o.seccomp, ...(o.imageUser ? { image: o.imageUser } : {}) }),
     },
   };
 }

@@ -38,6 +38,7 @@ import { isDnsLabel } from './pod-validation.js';
 import type { ObservedContainer, ObservedContainerState, ObservedPod } from './observed.js';
 import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
+import { imageUser, runAsNonRootProblem, type ImageUser } from './security-context.js';
 import type { Mounter } from './subpath.js';
 import type { NodeSwap } from './swap.js';
 import { writeFileAtomic, type ImagePullRecords } from '../system/root-dir.js';
@@ -45,6 +46,7 @@ import { containerResources, podResourceInfo, type AllocationRecords } from './a
 import { isApiDataVolume, refreshApiDataVolumes } from './volumes/api-data.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from './volumes.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from './log-symlinks.js';
+import { removeContainerLogFiles } from './log-rotation.js';
 import { createTerminationLogFile, DEFAULT_TERMINATION_MESSAGE_PATH, terminationMessage } from './termination-message.js';
 
 export interface CriPodRuntimeOptions {
@@ -451,6 +453,16 @@ export class CriPodRuntime implements PodRuntime {
     if (!isDnsLabel(container.name)) throw new NodeletError('INVALID_ARGUMENT', `container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`, { reason: 'CreateContainerConfigError' });
     const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
     if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name, seccompDir(this.#o.rootDir));
+    // As the kubelet: the image's user (ImageStatus) is who the container runs as unless
+    // runAsUser says otherwise, and what runAsNonRoot is checked against.
+    let user: ImageUser;
+    try {
+      user = imageUser(await this.#o.cri.imageStatus(container.image!));
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `cannot read the user of image "${container.image}"`);
+    }
+    const nonRoot = runAsNonRootProblem(pod, container, user);
+    if (nonRoot) throw new NodeletError('INVALID_ARGUMENT', nonRoot, { reason: 'CreateContainerConfigError' });
     // The sandbox exists before its containers: its IPs are known for env and /etc/hosts.
     const podIPs = pod.spec?.hostNetwork ? [] : await this.#podIPs(s.sandboxId);
     let config: ContainerConfig;
@@ -458,6 +470,7 @@ export class CriPodRuntime implements PodRuntime {
       config = containerConfig(pod, container, {
         restartCount: s.restartCount,
         seccomp,
+        imageUser: user,
         quantity: (q) => parseQuantity(String(q)).value,
         ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
         ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
@@ -554,9 +567,16 @@ export class CriPodRuntime implements PodRuntime {
 
   async removeContainer(id: string): Promise<void> {
     for (const [uid, kept] of this.#relisted) if (kept.observed.containers.some((c) => c.id === id)) this.#relisted.delete(uid);
-    const labels = this.#o.containerLogDir !== undefined ? (this.#statuses.get(id)?.st ?? (await this.#o.cri.containerStatus(id).catch(() => undefined)))?.labels : undefined;
+    const st = this.#statuses.get(id)?.st ?? (await this.#o.cri.containerStatus(id).catch(() => undefined));
+    const labels = this.#o.containerLogDir !== undefined ? st?.labels : undefined;
     this.#statuses.delete(id);
     await this.#o.cri.removeContainer(id);
+    // As the kubelet's container GC: the removed container's log file and its rotated ones go
+    // too (only under podLogsDir, whatever path the runtime reports).
+    const logPath = st?.logPath ? path.resolve(st.logPath) : '';
+    if (logPath && logPath.startsWith(path.resolve(this.#o.podLogsDir) + path.sep)) {
+      await removeContainerLogFiles(logPath).catch((err) => this.#log.warn({ logPath, err: errorMessage(err) }, `cannot remove the log files of container ${id}: ${errorMessage(err)}`));
+    }
     if (labels && this.#o.containerLogDir !== undefined) {
       const link = containerLogSymlink(this.#o.containerLogDir, labels[K.LABEL_POD_NAME] ?? '', labels[K.LABEL_POD_NAMESPACE] ?? 'default', labels[K.LABEL_CONTAINER_NAME] ?? '', id);
       await removeLogSymlink(link).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot remove the container log link ${link}: ${errorMessage(err)}`));

@@ -102,6 +102,33 @@ export function parseLogMaxSize(text: string): number {
 }
 
 /** The CRI calls rotation needs. */
+/**
+ * The kubelet's log manager `Clean`, run when a container is removed: its log file and every
+ * rotated one (`<logPath>*`: `0.log`, `0.log.<time>`, `0.log.<time>.gz`), regular files and
+ * links only (never a directory). An absent file is no error. Returns the paths removed.
+ */
+export async function removeContainerLogFiles(logPath: string): Promise<string[]> {
+  if (!path.isAbsolute(logPath) || path.basename(logPath) === '' || logPath.endsWith('/')) return [];
+  const dir = path.dirname(logPath);
+  const base = path.basename(logPath);
+  let names: string[];
+  try {
+    names = await fsp.readdir(dir);
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const name of names) {
+    if (!name.startsWith(base)) continue;
+    const file = path.join(dir, name);
+    const st = await fsp.lstat(file).catch(() => undefined);
+    if (!st || st.isDirectory()) continue;
+    await fsp.rm(file, { force: true });
+    removed.push(file);
+  }
+  return removed;
+}
+
 export type LogRotationRuntime = Pick<RuntimeService, 'listContainers' | 'recentContainers' | 'containerStatus' | 'reopenContainerLog'>;
 
 export interface ContainerLogManagerOptions {

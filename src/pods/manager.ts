@@ -12,10 +12,11 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { HealthCheck } from '../health/checks.js';
-import { nodeRef, noEvents, type EventSink } from '../events.js';
+import { nodeRef, noEvents, podRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { ObservedPod } from './observed.js';
+import { admitPod, rejectedStatus, type PodAdmitHandler } from './admission.js';
 import { podKey } from './lookup.js';
 import { computePodActions, type BackoffPolicy, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
@@ -66,6 +67,11 @@ export interface PodManagerOptions {
    * sync can wait no longer (SYNC_SLACK).
    */
   runtimeEvents?: { readonly live: boolean };
+  /**
+   * Admission (admission.ts), asked once for each pod when it first comes: a rejected pod
+   * never runs; it is Failed with the reason, and a Warning event says why. Default: none.
+   */
+  admitHandlers?: readonly PodAdmitHandler[];
 }
 
 /**
@@ -101,7 +107,7 @@ class Mutex {
 }
 
 export class PodManager {
-  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName' | 'crashLoopBackOff' | 'runtimeEvents'>> & { hostIP?: string; nodeName?: string; crashLoopBackOff?: BackoffPolicy; runtimeEvents?: { readonly live: boolean } };
+  readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName' | 'crashLoopBackOff' | 'runtimeEvents' | 'admitHandlers'>> & { hostIP?: string; nodeName?: string; crashLoopBackOff?: BackoffPolicy; runtimeEvents?: { readonly live: boolean }; admitHandlers?: readonly PodAdmitHandler[] };
   readonly #workers = new Map<string, PodWorker>();
   readonly #pulls = new Mutex();
   #desired = new Map<string, Pod>();
@@ -174,6 +180,52 @@ export class PodManager {
     return Math.min(EVENTED_RELIST_MS, Math.max(every, due - now));
   }
 
+  /**
+   * The worker of a pod that has just come: admitted, or rejected for good (the kubelet's
+   * canAdmitPod then rejectPod): Failed with the handler's reason, a Warning event, logged.
+   */
+  #newWorker(pod: Pod): PodWorker {
+    const w = new PodWorker(pod);
+    const uid = pod.metadata!.uid!;
+    this.#workers.set(uid, w);
+    const rejected = admitPod(pod, this.#o.admitHandlers ?? []);
+    if (!rejected) {
+      this.#firstSeen.set(uid, this.#o.clock.now());
+      return w;
+    }
+    w.rejected = rejected;
+    this.#log.warn({ pod: podKey(pod), uid, reason: rejected.reason }, `pod rejected: ${rejected.message}`);
+    this.#o.events.emit(podRef(pod), 'Warning', rejected.reason, rejected.message);
+    this.#setStatus(w, rejectedStatus(pod, rejected));
+    return w;
+  }
+
+  /**
+   * The sync of a rejected pod: nothing starts; what the runtime still runs for it (a pod
+   * found running when nodelet started, rejected now) is stopped; it stays Failed.
+   */
+  async #syncRejected(w: PodWorker, listed: ObservedPod | undefined): Promise<void> {
+    const ctx = this.#stepContext(w.pod, w);
+    w.needsSync = false;
+    w.wakeAt = Infinity;
+    try {
+      const observed = listed ?? (await ctx.runtime.observePod(w.pod.metadata!.uid!));
+      w.observed = observed;
+      if (observed.containers.some((c) => c.state === 'running' || c.state === 'created') || observed.sandboxes.some((s) => s.ready)) {
+        for (const f of await killPod(ctx, w.pod, observed, ctx.gracePeriodSeconds)) ctx.log.warn(f);
+        w.needsSync = true;
+      }
+    } catch (err) {
+      ctx.log.warn({ err: errorMessage(err) }, `cannot stop the containers of rejected pod: ${errorMessage(err)}`);
+      w.needsSync = true;
+    }
+    this.#setStatus(w, rejectedStatus(w.pod, w.rejected!));
+    w.observedKey = observedKey(w.observed);
+    w.observedRef = w.observed;
+    w.lastSyncAt = ctx.clock.now();
+    this.#syncedSeq.set(w, ++this.#seq);
+  }
+
   /** A probe result changed: the pod's worker syncs now (status, or a restart). */
   #wake(uid: string): void {
     const w = this.#workers.get(uid);
@@ -205,8 +257,7 @@ export class PodManager {
         w.pod = pod;
       } else if (!w && !deleting(pod)) {
         this.#log.info({ pod: podKey(pod), uid }, 'pod added');
-        this.#firstSeen.set(uid, this.#o.clock.now());
-        this.#workers.set(uid, new PodWorker(pod));
+        this.#newWorker(pod);
       }
     }
     this.#kick();
@@ -323,7 +374,7 @@ export class PodManager {
     const listed = new Map(all.map((o) => [o.uid, o]));
     // A desired pod whose old worker finished terminating (same UID wanted again) gets a new
     // one; a pod being deleted in the control plane never starts again.
-    for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid) && !deleting(pod)) this.#workers.set(uid, new PodWorker(pod));
+    for (const [uid, pod] of this.#desired) if (!this.#workers.has(uid) && !deleting(pod)) this.#newWorker(pod);
     for (const [uid, w] of this.#workers) {
       const want = this.#desired.get(uid);
       if (!want || deleting(want) || w.terminating) continue;
@@ -443,6 +494,7 @@ export class PodManager {
   /** One sync of a wanted pod: the plan, then its steps in order, then the status. */
   /** `listed`: the relist's observation of the pod, when newer than this worker's last sync. */
   async #sync(w: PodWorker, listed?: ObservedPod): Promise<void> {
+    if (w.rejected) return this.#syncRejected(w, listed);
     let ctx = this.#stepContext(w.pod, w);
     const uid = w.pod.metadata!.uid!;
     const syncStarted = ctx.clock.now();

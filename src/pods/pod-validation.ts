@@ -9,6 +9,7 @@
  * directories, pod log directories): they check again at use, since API pods never pass
  * through here.
  */
+import { normalizeSysctlName } from './security-context.js';
 
 type Obj = Record<string, unknown>;
 
@@ -200,7 +201,93 @@ function validateProbe(p: Problems, probe: unknown, field: string, kind: 'livene
   else if (probe.successThreshold !== undefined && probe.successThreshold !== 1) p.add(`${field}.successThreshold`, `must be 1 for a ${kind} probe, got ${show(probe.successThreshold)}`);
 }
 
+const MAX_ID = 2147483647;
+const SYSCTL_NAME_RE = /^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$/;
+
+/** A profile setting (seccompProfile, appArmorProfile): its type, and localhostProfile exactly when Localhost. */
+function validateProfile(p: Problems, prof: unknown, field: string): void {
+  if (prof === undefined || prof === null) return;
+  if (!isObj(prof)) return p.add(field, 'must be an object');
+  if (prof.type !== 'RuntimeDefault' && prof.type !== 'Unconfined' && prof.type !== 'Localhost') p.add(`${field}.type`, `must be RuntimeDefault, Unconfined or Localhost, got ${show(prof.type)}`);
+  const lp = prof.localhostProfile;
+  if (prof.type === 'Localhost' && (typeof lp !== 'string' || !lp.trim())) p.add(`${field}.localhostProfile`, 'required when type is Localhost');
+  else if (prof.type !== 'Localhost' && lp !== undefined && lp !== null) p.add(`${field}.localhostProfile`, 'can only be set when type is Localhost');
+}
+
+function validateBool(p: Problems, o: Obj, key: string, field: string): void {
+  if (o[key] !== undefined && o[key] !== null && typeof o[key] !== 'boolean') p.add(`${field}.${key}`, `must be a boolean, got ${show(o[key])}`);
+}
+
+/** The fields both security contexts share: IDs, SELinux, seccomp and AppArmor profiles. */
+function validateCommonSecurity(p: Problems, sc: Obj, f: string): void {
+  p.int(sc, 'runAsUser', f, 0, MAX_ID);
+  p.int(sc, 'runAsGroup', f, 0, MAX_ID);
+  validateBool(p, sc, 'runAsNonRoot', f);
+  if (sc.seLinuxOptions !== undefined && sc.seLinuxOptions !== null && !isObj(sc.seLinuxOptions)) p.add(`${f}.seLinuxOptions`, 'must be an object');
+  validateProfile(p, sc.seccompProfile, `${f}.seccompProfile`);
+  validateProfile(p, sc.appArmorProfile, `${f}.appArmorProfile`);
+}
+
+/** spec.securityContext, as the API server's ValidatePodSecurityContext (sysctls: names, duplicates). */
+function validatePodSecurity(p: Problems, spec: Obj): void {
+  validateBool(p, spec, 'hostUsers', 'spec');
+  const sc = spec.securityContext;
+  if (sc === undefined || sc === null) return;
+  const f = 'spec.securityContext';
+  if (!isObj(sc)) return p.add(f, 'must be an object');
+  validateCommonSecurity(p, sc, f);
+  p.int(sc, 'fsGroup', f, 0, MAX_ID);
+  p.items(sc, 'supplementalGroups', f).forEach((g, i) => {
+    if (typeof g !== 'number' || !Number.isInteger(g) || g < 0 || g > MAX_ID) p.add(`${f}.supplementalGroups[${i}]`, `must be an integer between 0 and ${MAX_ID}, got ${show(g)}`);
+  });
+  const fcp = sc.fsGroupChangePolicy;
+  if (fcp !== undefined && fcp !== null && fcp !== 'OnRootMismatch' && fcp !== 'Always') p.add(`${f}.fsGroupChangePolicy`, `must be OnRootMismatch or Always, got ${show(fcp)}`);
+  const sgp = sc.supplementalGroupsPolicy;
+  if (sgp !== undefined && sgp !== null && sgp !== 'Merge' && sgp !== 'Strict') p.add(`${f}.supplementalGroupsPolicy`, `must be Merge or Strict, got ${show(sgp)}`);
+  const names = new Set<string>();
+  p.items(sc, 'sysctls', f).forEach((s, i) => {
+    const sf = `${f}.sysctls[${i}]`;
+    if (!isObj(s)) return p.add(sf, 'must be an object');
+    if (typeof s.name !== 'string' || !s.name) p.add(`${sf}.name`, 'required');
+    else if (s.name.length > 253 || !SYSCTL_NAME_RE.test(s.name)) p.add(`${sf}.name`, `${show(s.name)} is not a valid sysctl name (lower-case segments separated by "." or "/", at most 253 characters)`);
+    else {
+      // As the kubelet normalizes them: `a/b.c` and `a.b/c` are the same sysctl.
+      const n = normalizeSysctlName(s.name);
+      if (names.has(n)) p.add(`${sf}.name`, `duplicate sysctl ${show(s.name)}`);
+      names.add(n);
+    }
+    if (typeof s.value !== 'string') p.add(`${sf}.value`, `must be a string, got ${show(s.value)}`);
+  });
+}
+
+/** A container's securityContext, as the API server's ValidateSecurityContext. */
+function validateContainerSecurity(p: Problems, c: Obj, f0: string): void {
+  const sc = c.securityContext;
+  if (sc === undefined || sc === null) return;
+  const f = `${f0}.securityContext`;
+  if (!isObj(sc)) return p.add(f, 'must be an object');
+  validateCommonSecurity(p, sc, f);
+  for (const k of ['privileged', 'allowPrivilegeEscalation', 'readOnlyRootFilesystem']) validateBool(p, sc, k, f);
+  const pm = sc.procMount;
+  if (pm !== undefined && pm !== null && pm !== 'Default' && pm !== 'Unmasked') p.add(`${f}.procMount`, `must be Default or Unmasked, got ${show(pm)}`);
+  const add: unknown[] = [];
+  if (sc.capabilities !== undefined && sc.capabilities !== null) {
+    if (!isObj(sc.capabilities)) p.add(`${f}.capabilities`, 'must be an object');
+    else {
+      for (const k of ['add', 'drop'] as const) {
+        p.items(sc.capabilities, k, `${f}.capabilities`).forEach((cap, i) => {
+          if (typeof cap !== 'string' || !cap) p.add(`${f}.capabilities.${k}[${i}]`, `must be a capability name, got ${show(cap)}`);
+          else if (k === 'add') add.push(cap);
+        });
+      }
+    }
+  }
+  if (sc.allowPrivilegeEscalation === false && sc.privileged === true) p.add(f, 'cannot set `allowPrivilegeEscalation` to false and `privileged` to true');
+  if (sc.allowPrivilegeEscalation === false && add.some((a) => a === 'SYS_ADMIN' || a === 'CAP_SYS_ADMIN')) p.add(f, 'cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN');
+}
+
 function validateContainer(p: Problems, c: Obj, f: string, volumes: Set<string>): void {
+  validateContainerSecurity(p, c, f);
   if (typeof c.image !== 'string' || !c.image.trim()) p.add(`${f}.image`, 'required');
   const pp = c.imagePullPolicy;
   if (pp !== undefined && pp !== 'Always' && pp !== 'IfNotPresent' && pp !== 'Never') p.add(`${f}.imagePullPolicy`, `must be Always, IfNotPresent or Never, got ${show(pp)}`);
@@ -277,6 +364,7 @@ export function validatePodManifest(doc: Record<string, unknown>): string[] {
   const rp = spec.restartPolicy;
   if (rp !== undefined && rp !== 'Always' && rp !== 'OnFailure' && rp !== 'Never') p.add('spec.restartPolicy', `must be Always, OnFailure or Never, got ${show(rp)}`);
   p.int(spec, 'terminationGracePeriodSeconds', 'spec', 0);
+  validatePodSecurity(p, spec);
   const volumes = validateVolumes(p, spec);
   const seen = new Set<string>();
   for (const field of ['initContainers', 'containers'] as const) {

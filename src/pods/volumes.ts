@@ -27,6 +27,7 @@ import { bindSubPath, hostMounter, removeTree, subPathTarget, unmountUnder, type
 import { ifExists, readdirOrEmpty } from '../system/fs-util.js';
 import { parseQuantity } from '../config/quantity.js';
 import { isApiDataVolume, setUpApiDataVolume } from './volumes/api-data.js';
+import { needsOwnership, setVolumeOwnership } from './volume-ownership.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
 
@@ -91,7 +92,10 @@ async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q
     if (v.emptyDir.medium === 'Memory') throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": emptyDir medium Memory is not supported by nodelet`, REASON);
     const dir = emptyDirPath(rootDir, pod.metadata?.uid ?? '', v.name);
     await fs.mkdir(dir, { recursive: true });
-    await fs.chmod(dir, 0o777); // as the kubelet: any user of the pod may write
+    const fsGroup = pod.spec?.securityContext?.fsGroup;
+    // as the kubelet: any user of the pod may write; with an fsGroup, the group owns it (setgid: new files too)
+    if (fsGroup === undefined || (await needsOwnership(dir, fsGroup))) await fs.chmod(dir, 0o777);
+    if (fsGroup !== undefined) await setVolumeOwnership(dir, fsGroup, v.name);
     return dir;
   }
   if (isApiDataVolume(v)) return setUpApiDataVolume(rootDir, pod, v, quantity);

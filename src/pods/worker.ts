@@ -53,6 +53,8 @@ export class PodWorker {
   sandboxBackoff: Backoff | undefined;
   /** The pod ran past its activeDeadlineSeconds: it is Failed for good (DeadlineExceeded). */
   deadlineExceeded = false;
+  /** Refused at admission (admission.ts): it never runs, and is Failed with this reason. */
+  rejected: { reason: string; message: string } | undefined;
   /** Per container: the restart count whose back-off was last reported as an event. */
   readonly backoffReported = new Map<string, number>();
   /**

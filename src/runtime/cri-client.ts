@@ -14,7 +14,13 @@
  *   after its connection was lost, so that call already reaches the runtime that is back.
  * - The calls a request handler makes on a client's behalf take a `signal` (CallOptions):
  *   the client going cancels the call (RST_STREAM CANCEL), as the kubelet's request context does.
- * - Errors are NodeletErrors mapped in errors.ts. No retries here.
+ * - A call the runtime never processed (refused by its GOAWAY, e.g. containerd stopping
+ *   gracefully, or by REFUSED_STREAM) is sent again once on a new connection by the
+ *   channel (gRFC A6's transparent retry); one it may have processed is never sent twice.
+ *   Calls without a deadline (the runtime event stream, ExecSync of `/run`) are kept honest
+ *   by an HTTP/2 PING after 5 min of silence, answered within 20 s or the connection is
+ *   given up (grpc-unary.ts).
+ * - Errors are NodeletErrors mapped in errors.ts. No other retries here.
  */
 import { NodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
@@ -183,7 +189,8 @@ export function createCriClient(opts: CriClientOptions): CriClient {
     async status(verbose = false) {
       const res = await rt('Status', { verbose });
       const status = res.status as { conditions: RuntimeStatusInfo['conditions'] } | null;
-      return { conditions: status?.conditions ?? [], info: (res.info as Record<string, string>) ?? {} };
+      const features = res.features as { supplementalGroupsPolicy?: boolean } | null;
+      return { conditions: status?.conditions ?? [], info: (res.info as Record<string, string>) ?? {}, features: { supplementalGroupsPolicy: features?.supplementalGroupsPolicy === true } };
     },
     async runtimeConfig() {
       const res = await rt('RuntimeConfig', {});

@@ -125,6 +125,8 @@ export interface RuntimeHealthOptions {
 export class RuntimeHealth extends LoopOwner {
   #state: RuntimeState = INITIAL_RUNTIME_STATE;
   #failures = 0;
+  /** What the runtime's last Status answer said it implements (undefined until one came). */
+  #features: RuntimeStatusInfo['features'];
   readonly #o: Required<Omit<RuntimeHealthOptions, 'onChange' | 'logger' | 'endpoint'>> & Pick<RuntimeHealthOptions, 'onChange' | 'endpoint'>;
   readonly #log: Logger;
 
@@ -140,6 +142,11 @@ export class RuntimeHealth extends LoopOwner {
     return this.#state;
   }
 
+  /** StatusResponse.features of the last answer (pod admission asks: supplementalGroupsPolicy); undefined before one. */
+  features(): RuntimeStatusInfo['features'] {
+    return this.#features;
+  }
+
   /** Consecutive failed checks (0 while the runtime answers). */
   failures(): number {
     return this.#failures;
@@ -152,6 +159,7 @@ export class RuntimeHealth extends LoopOwner {
       const status = await this.#o.runtime.status(false);
       const version = await this.#o.runtime.version();
       next = deriveRuntimeState(this.#state, this.#o.clock.now(), { status, version });
+      this.#features = status.features ?? { supplementalGroupsPolicy: false };
       this.#failures = 0;
     } catch (err) {
       next = deriveRuntimeState(this.#state, this.#o.clock.now(), { error: err });

@@ -16,6 +16,12 @@
  * changed meanwhile is not lost). Events are coalesced: one `onEvent` per `coalesceMs`. When
  * the runtime has neither source, nothing is live and the relist stays at 1 s; the sources
  * are asked again every `retryUnsupportedMs` (the runtime may have been upgraded).
+ *
+ * A quiet stream is normal (nothing changes on an idle node); a runtime that hangs with the
+ * stream open is not: the channel (grpc-unary.ts) PINGs a connection silent for 5 min while
+ * the stream is open and gives it up when the PING is not answered within 20 s, so the
+ * stream fails UNAVAILABLE and is handled as any lost subscription here (a relist at once,
+ * then a new subscription after the backoff).
  */
 import type { Clock } from '../clock.js';
 import { errorMessage, isNodeletError } from '../errors.js';

@@ -290,6 +290,8 @@ export interface RuntimeStatusInfo {
   conditions: RuntimeCondition[];
   /** Only filled when asked with verbose. */
   info: Record<string, string>;
+  /** StatusResponse.features: what the runtime says it implements (all false when it says nothing, as containerd 1.6). */
+  features?: { supplementalGroupsPolicy: boolean };
 }
 
 export interface Image {

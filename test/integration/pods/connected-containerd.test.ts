@@ -4,8 +4,13 @@
  * a static pod gets its mirror pod, and deleting the pod in the API removes it from
  * containerd. The control plane is the in-process test server.
  */
-import type { Event as CoreEvent, Pod } from 'kubernetes-types/core/v1.js';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { Event as CoreEvent, Node, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { binaryQuantity } from '../../../src/node/status.js';
 import { EVENTS, PODS } from '../../../src/controlplane/client.js';
 import { eventually } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
@@ -16,7 +21,8 @@ let node: PodNode;
 
 beforeAll(async () => {
   cluster = await startTestCluster({ prefix: 'nodelet-connected-containerd-' });
-  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE_NAME), containerdDir: '/var/lib/nodelet-dev/containerd-connected' });
+  // kubeReserved ephemeral-storage, and the default evictionHard (nodefs.available 10%), come off allocatable.
+  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE_NAME), containerdDir: '/var/lib/nodelet-dev/containerd-connected', config: { kubeReserved: '{ephemeral-storage: 1Gi}' } });
 });
 
 afterAll(async () => {
@@ -106,5 +112,24 @@ describe('connected mode on containerd', () => {
     const local = await node.pod('mirrored');
     expect(mirror.metadata!.annotations!['kubernetes.io/config.mirror']).toBe(local!.metadata!.uid);
     expect(mirror.status!.containerStatuses![0]!.containerID).toBe(local!.status!.containerStatuses![0]!.containerID);
+  });
+
+  it('kubectl get node shows the images (largest first, with sizes), ephemeral-storage capacity of the root dir\'s filesystem and allocatable reduced by kubeReserved and evictionHard', async () => {
+    const kubectl = async () => JSON.parse((await promisify(execFile)('/usr/bin/kubectl', ['--kubeconfig', path.join(cluster.dir, 'admin.kubeconfig'), 'get', 'node', NODE_NAME, '-o', 'json'])).stdout) as Node;
+    const n = await eventually(async () => {
+      const got = await kubectl();
+      return got.status?.images?.length && got.status.capacity?.['ephemeral-storage'] ? got : undefined;
+    }, 30_000);
+    const runtimeImages = await node.cri.listImages();
+    const names = n.status!.images!.flatMap((i) => i.names ?? []);
+    expect(names).toEqual(expect.arrayContaining(['docker.io/local/busybox:latest', 'docker.io/local/pause:latest']));
+    expect(n.status!.images!.length).toBe(runtimeImages.length);
+    const sizes = n.status!.images!.map((i) => i.sizeBytes!);
+    expect(sizes).toEqual([...sizes].sort((a, b) => b - a));
+    expect(sizes.every((x) => x > 0)).toBe(true);
+    const st = fs.statfsSync(node.rootDir);
+    const capacity = st.blocks * st.bsize;
+    expect(n.status!.capacity!['ephemeral-storage']).toBe(binaryQuantity(capacity));
+    expect(n.status!.allocatable!['ephemeral-storage']).toBe(binaryQuantity(capacity - 1024 ** 3 - Math.floor(capacity * 0.1)));
   });
 });

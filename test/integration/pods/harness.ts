@@ -46,9 +46,10 @@ export type PodNodePaths = Pick<PodNode, 'name' | 'dir' | 'manifests' | 'rootDir
  * `kubeconfig`: connected to that control plane (else standalone); `containerdDir`: a
  * containerd of the caller's own (default PODS_CONTAINERD_DIR); `name`: the node's name
  * (default NODE_NAME); `config`: more KubeletConfiguration fields (they win over the harness's);
+ * `env`: more environment for nodelet;
  * `beforeStart`: runs before nodelet starts (what another agent left on the node).
  */
-export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean>; beforeStart?: (paths: PodNodePaths) => Promise<void> } = {}): Promise<PodNode> {
+export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean>; env?: NodeJS.ProcessEnv; beforeStart?: (paths: PodNodePaths) => Promise<void> } = {}): Promise<PodNode> {
   const { endpoint } = await ensureContainerd({ dir: o.containerdDir ?? PODS_CONTAINERD_DIR });
   const name = o.name ?? NODE_NAME;
   const dir = tempDir('nodelet-pods-');
@@ -91,9 +92,9 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
     readOnlyPort,
     port,
     cri,
-    nodelet: startNodelet(args),
+    nodelet: startNodelet(args, o.env ? { env: o.env } : {}),
     async restart() {
-      node.nodelet = startNodelet(args);
+      node.nodelet = startNodelet(args, o.env ? { env: o.env } : {});
       await node.nodelet.waitForMsg(/nodelet is ready/, 30_000);
     },
     async pods() {

@@ -117,7 +117,6 @@ const KEPT_ZEROS: ReadonlyArray<readonly [field: string, zero: unknown]> = [
   ['eventRecordQPS', 0],
   ['kubeAPIQPS', 0],
   ['oomScoreAdj', 0],
-  ['imageGCHighThresholdPercent', 0],
   ['nodeStatusMaxImages', 0],
   ['iptablesMasqueradeBit', 0],
   ['containerLogMaxWorkers', 0],
@@ -156,6 +155,12 @@ describe('SetDefaults_KubeletConfiguration, field by field', () => {
     const r = resolveConfig([{ origin: FILE, doc: { ...HEADER, crashLoopBackOff: { maxContainerRestartPeriod: '0s' } }, requireHeader: true }]);
     expect(at(r.config, 'crashLoopBackOff.maxContainerRestartPeriod')).toBe('0s');
     expect(r.problems).toEqual([{ file: FILE, field: 'crashLoopBackOff.maxContainerRestartPeriod', message: 'must be between 1s and 300s, got "0s"' }]);
+  });
+
+  it('imageGCHighThresholdPercent: 0 is kept (a set value), then refused by validation against the low threshold, as the kubelet does', () => {
+    const r = resolveConfig([{ origin: FILE, doc: { ...HEADER, imageGCHighThresholdPercent: 0 }, requireHeader: true }]);
+    expect(at(r.config, 'imageGCHighThresholdPercent')).toBe(0);
+    expect(r.problems).toEqual([{ file: FILE, field: 'imageGCHighThresholdPercent', message: 'must be greater than imageGCLowThresholdPercent (80), got 0' }]);
   });
 
   it('a negative podPidsLimit becomes -1; a positive one stays', () => {

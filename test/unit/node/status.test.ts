@@ -1,6 +1,7 @@
 import type { NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import { nodeConditions, nodeStatus, readinessErrors, readinessMessage, registrationNode, statusChanged, type NodeFacts, type ReadinessState } from '../../../src/node/status.js';
+import { binaryQuantity, capacityAndAllocatable, cpuQuantity, nodeConditions, nodeImages, nodeStatus, readinessErrors, readinessMessage, registrationNode, reservedResources, statusChanged, statusChanges, type NodeFacts, type ReadinessState } from '../../../src/node/status.js';
+import type { Image } from '../../../src/runtime/types.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
 
 const ready: RuntimeState = { runtimeReady: true, networkReady: true, reason: 'ContainerRuntimeReady', message: 'ok', runtimeName: 'containerd', runtimeVersion: '1.6.20~ds1' };
@@ -198,5 +199,67 @@ describe('machine facts', () => {
     expect(f.cpuCores).toBeGreaterThan(0);
     expect(f.memoryBytes).toBeGreaterThan(0);
     expect(f.info.bootID).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe('images (status.images)', () => {
+  const image = (id: string, size: number, repoTags: string[], repoDigests: string[] = []): Image => ({ id, size, repoTags, repoDigests, uid: null, username: '', pinned: false });
+
+  it('largest first (ties by ID, descending), named by digests then tags, with their size', () => {
+    const list = [image('sha256:a', 10, ['x/a:1']), image('sha256:b', 30, ['x/b:1', 'x/b:2'], ['x/b@sha256:bb']), image('sha256:c', 10, ['x/c:1'])];
+    expect(nodeImages(list)).toEqual([
+      { names: ['x/b@sha256:bb', 'x/b:1', 'x/b:2'], sizeBytes: 30 },
+      { names: ['x/c:1'], sizeBytes: 10 },
+      { names: ['x/a:1'], sizeBytes: 10 },
+    ]);
+  });
+
+  it('at most nodeStatusMaxImages (-1: all; 0: none), at most 5 names each', () => {
+    const list = Array.from({ length: 60 }, (_, i) => image(`sha256:${String(i).padStart(2, '0')}`, i, [`x/i:${i}`]));
+    expect(nodeImages(list)).toHaveLength(50);
+    expect(nodeImages(list)[0]).toEqual({ names: ['x/i:59'], sizeBytes: 59 });
+    expect(nodeImages(list, 3).map((i) => i.sizeBytes)).toEqual([59, 58, 57]);
+    expect(nodeImages(list, -1)).toHaveLength(60);
+    expect(nodeImages(list, 0)).toEqual([]);
+    expect(nodeImages([image('sha256:m', 1, ['t1', 't2', 't3', 't4'], ['d1', 'd2'])])[0]!.names).toEqual(['d1', 'd2', 't1', 't2', 't3']);
+  });
+
+  it('in the status when known, and a changed list is a change worth a patch', () => {
+    const f = { ...facts(ready), images: [image('sha256:a', 10, ['x/a:1'])], maxImages: 50 };
+    const a = nodeStatus(f, undefined, 't0');
+    expect(a.images).toEqual([{ names: ['x/a:1'], sizeBytes: 10 }]);
+    expect(nodeStatus(facts(ready), undefined, 't0').images).toBeUndefined();
+    expect(statusChanges(a, nodeStatus(f, a, 't1'))).toEqual([]);
+    expect(statusChanges(a, nodeStatus({ ...f, images: [] }, a, 't1'))).toEqual(['images']);
+  });
+});
+
+describe('capacity and allocatable with reservations and ephemeral-storage', () => {
+  const Gi = 1024 ** 3;
+  it('quantities in Go\'s canonical form', () => {
+    expect([binaryQuantity(10 * Gi), binaryQuantity(20469760 * 1024), binaryQuantity(17790086017), binaryQuantity(1000), binaryQuantity(512), binaryQuantity(-5)]).toEqual(['10Gi', '19990Mi', '17790086017', '1k', '512', '0']);
+    expect([cpuQuantity(2000), cpuQuantity(1900), cpuQuantity(-100)]).toEqual(['2', '1900m', '0']);
+  });
+
+  it('kubeReserved + systemReserved summed per resource', () => {
+    expect(reservedResources({ cpu: '100m', memory: '256Mi', 'ephemeral-storage': '1Gi', pid: '100' }, { cpu: '0.5', 'ephemeral-storage': '500M' }, undefined)).toEqual({ cpuMillis: 600, memoryBytes: 256 * 1024 ** 2, ephemeralStorageBytes: Gi + 500e6 });
+  });
+
+  it.each([
+    ['no nodefs threshold', undefined, 100 * Gi - Gi],
+    ['nodefs.available as a quantity', { quantity: 5 * Gi }, 100 * Gi - Gi - 5 * Gi],
+    ['nodefs.available as a percentage (of the capacity, truncated)', { fraction: 0.1 }, 100 * Gi - Gi - Math.floor(100 * Gi * 0.1)],
+  ])('ephemeral-storage: capacity of the root dir\'s filesystem; allocatable minus reserved and %s', (_n, nodefs, want) => {
+    const f: NodeFacts = { ...facts(ready), ephemeralStorageBytes: 100 * Gi, reserved: { cpuMillis: 0, memoryBytes: 0, ephemeralStorageBytes: Gi }, evictionHardNodefs: nodefs };
+    const r = capacityAndAllocatable(f);
+    expect(r.capacity!['ephemeral-storage']).toBe('100Gi');
+    expect(r.allocatable!['ephemeral-storage']).toBe(binaryQuantity(want));
+  });
+
+  it('cpu and memory reservations come off allocatable too; nothing goes below zero; no ephemeral-storage before it is measured', () => {
+    const f: NodeFacts = { ...facts(ready), reserved: { cpuMillis: 250, memoryBytes: Gi, ephemeralStorageBytes: 200 * Gi }, ephemeralStorageBytes: 100 * Gi };
+    expect(capacityAndAllocatable(f).allocatable).toEqual({ cpu: '1750m', memory: `${(24 * Gi - Gi - 100 * 1024 ** 2) / 1024}Ki`, pods: '110', 'ephemeral-storage': '0' });
+    const { ephemeralStorageBytes: _e, ...unmeasured } = f;
+    expect(Object.keys(capacityAndAllocatable(unmeasured).capacity!)).toEqual(['cpu', 'memory', 'pods']);
   });
 });

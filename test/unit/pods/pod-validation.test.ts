@@ -192,3 +192,47 @@ describe('name checks used for host paths', () => {
     for (const bad of ['', '..', 'a/b', 'a.b', 'x'.repeat(129), undefined]) expect(isPodUid(bad)).toBe(false);
   });
 });
+
+describe('validatePodManifest: security contexts', () => {
+  it('accepts a full pod and container securityContext', () => {
+    const d = base();
+    d.spec.hostUsers = true;
+    d.spec.securityContext = {
+      runAsUser: 1000, runAsGroup: 3000, runAsNonRoot: true, fsGroup: 2000, fsGroupChangePolicy: 'OnRootMismatch', supplementalGroups: [4000], supplementalGroupsPolicy: 'Strict',
+      sysctls: [{ name: 'net.ipv4.ip_unprivileged_port_start', value: '0' }, { name: 'kernel/shm_rmid_forced', value: '1' }],
+      seccompProfile: { type: 'RuntimeDefault' }, appArmorProfile: { type: 'Localhost', localhostProfile: 'k8s-x' }, seLinuxOptions: { level: 's0' },
+    };
+    d.spec.containers[0].securityContext = { privileged: true, capabilities: { add: ['NET_ADMIN'], drop: ['ALL'] }, readOnlyRootFilesystem: true, procMount: 'Default', runAsUser: 0 };
+    expect(validatePodManifest(d)).toEqual([]);
+  });
+
+  it('reports every problem with its field path', () => {
+    const d = base();
+    d.spec.hostUsers = 'no';
+    d.spec.securityContext = {
+      runAsUser: -1, fsGroup: 2147483648, fsGroupChangePolicy: 'Sometimes', supplementalGroups: [1, 'x'], supplementalGroupsPolicy: 'All',
+      sysctls: [{ name: 'Net.Core', value: '1' }, { name: 'net.core.somaxconn', value: 1 }, { name: 'net/core/somaxconn', value: '2' }],
+      appArmorProfile: { type: 'Localhost' }, seccompProfile: { type: 'RuntimeDefault', localhostProfile: 'x' },
+    };
+    d.spec.containers[0].securityContext = { privileged: true, allowPrivilegeEscalation: false, procMount: 'Raw', capabilities: { add: [''] } };
+    d.spec.initContainers[0].securityContext = { allowPrivilegeEscalation: false, capabilities: { add: ['SYS_ADMIN'] }, runAsGroup: 1.5 };
+    expect(validatePodManifest(d)).toEqual([
+      'spec.hostUsers: must be a boolean, got "no"',
+      'spec.securityContext.runAsUser: must be between 0 and 2147483647, got -1',
+      'spec.securityContext.seccompProfile.localhostProfile: can only be set when type is Localhost',
+      'spec.securityContext.appArmorProfile.localhostProfile: required when type is Localhost',
+      'spec.securityContext.fsGroup: must be between 0 and 2147483647, got 2147483648',
+      'spec.securityContext.supplementalGroups[1]: must be an integer between 0 and 2147483647, got "x"',
+      'spec.securityContext.fsGroupChangePolicy: must be OnRootMismatch or Always, got "Sometimes"',
+      'spec.securityContext.supplementalGroupsPolicy: must be Merge or Strict, got "All"',
+      'spec.securityContext.sysctls[0].name: "Net.Core" is not a valid sysctl name (lower-case segments separated by "." or "/", at most 253 characters)',
+      'spec.securityContext.sysctls[1].value: must be a string, got 1',
+      'spec.securityContext.sysctls[2].name: duplicate sysctl "net/core/somaxconn"',
+      'spec.initContainers[0].securityContext.runAsGroup: must be an integer, got 1.5',
+      'spec.initContainers[0].securityContext: cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN',
+      'spec.containers[0].securityContext.procMount: must be Default or Unmasked, got "Raw"',
+      'spec.containers[0].securityContext.capabilities.add[0]: must be a capability name, got ""',
+      'spec.containers[0].securityContext: cannot set `allowPrivilegeEscalation` to false and `privileged` to true',
+    ]);
+  });
+});

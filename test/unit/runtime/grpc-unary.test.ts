@@ -8,11 +8,24 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import http2 from 'node:http2';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fromGrpcError } from '../../../src/runtime/errors.js';
-import { GrpcError, GrpcStatus, UnaryChannel, decodeGrpcMessage, grpcCodeForHttpStatus, grpcTimeout } from '../../../src/runtime/grpc-unary.js';
+import { silentLogger } from '../../../src/log.js';
+import {
+  GrpcError,
+  GrpcStatus,
+  KEEPALIVE_IDLE_MS,
+  KEEPALIVE_TIMEOUT_MS,
+  UnaryChannel,
+  decodeGrpcMessage,
+  grpcCodeForHttpStatus,
+  grpcTimeout,
+} from '../../../src/runtime/grpc-unary.js';
+import { CRI_EVENTS_PATH, RuntimeEvents } from '../../../src/runtime/runtime-events.js';
+import { VirtualClock } from '../../helpers/clock.js';
 
 type Handler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, body: Buffer) => void;
 
@@ -42,8 +55,16 @@ interface Server {
   close(): Promise<void>;
 }
 
+/** Each request as its stream opens (in stream ID order), with its body to come. */
+type StreamHandler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, body: Promise<Buffer>) => void;
+
 /** An HTTP/2 server on a new unix socket; `handler` answers each request once its body is read. */
-async function serve(handler: Handler, socket = path.join(dir, `s${n++}.sock`)): Promise<Server> {
+function serve(handler: Handler, socket?: string): Promise<Server> {
+  return serveStreams((stream, headers, body) => void body.then((b) => handler(stream, headers, b)), socket);
+}
+
+/** An HTTP/2 server on a new unix socket that sees each stream as it opens. */
+async function serveStreams(onStream: StreamHandler, socket = path.join(dir, `s${n++}.sock`)): Promise<Server> {
   fs.rmSync(socket, { force: true });
   const server = http2.createServer();
   const sessions = new Set<http2.ServerHttp2Session>();
@@ -54,8 +75,8 @@ async function serve(handler: Handler, socket = path.join(dir, `s${n++}.sock`)):
   server.on('stream', (stream, headers) => {
     const parts: Buffer[] = [];
     stream.on('data', (c: Buffer) => parts.push(c));
-    stream.on('end', () => handler(stream, headers, Buffer.concat(parts)));
     stream.on('error', () => {});
+    onStream(stream, headers, new Promise((resolve) => stream.on('end', () => resolve(Buffer.concat(parts)))));
   });
   await new Promise<void>((r) => server.listen(socket, r));
   let closed = false;
@@ -85,18 +106,23 @@ async function failure(p: Promise<unknown>): Promise<GrpcError> {
   throw new Error('expected the call to fail');
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Writes `chunk` and resolves once it is flushed (so the next write is a DATA frame of its own). */
+const flushed = (stream: http2.ServerHttp2Stream, chunk: Buffer) => new Promise<void>((r) => stream.write(chunk, () => r()));
 
 /** Answers `msg` in 1-byte DATA frames (the prefix split too), then OK in the trailers. */
 async function answerSplit(stream: http2.ServerHttp2Stream, msg: Buffer): Promise<void> {
   stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
   stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
   const bytes = frame(msg);
-  for (let i = 0; i < bytes.length; i++) {
-    stream.write(bytes.subarray(i, i + 1));
-    await sleep(1);
-  }
+  for (let i = 0; i < bytes.length; i++) await flushed(stream, bytes.subarray(i, i + 1));
   stream.end();
+}
+
+/** A promise and its resolve, for events a test waits on. */
+function signal<T = void>(): { promise: Promise<T>; resolve: (v: T) => void } {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 describe('UnaryChannel: framing', () => {
@@ -241,25 +267,23 @@ describe('UnaryChannel: limits and deadlines', () => {
     expect(requests).toBe(0);
   });
 
-  it('deadline: DEADLINE_EXCEEDED at the deadline, and the stream is reset (the server sees it cancelled)', async () => {
-    let serverSaw: number | undefined;
-    const closed = new Promise<void>((resolve) => {
-      void serve((stream) => {
-        stream.on('close', () => {
-          serverSaw = stream.rstCode;
-          resolve();
-        });
-      }).then((srv) => {
-        const started = Date.now();
-        void failure(channel(srv.target).call('/x/Hang', Buffer.alloc(0), 150)).then((err) => {
-          expect(err.code).toBe(GrpcStatus.DEADLINE_EXCEEDED);
-          expect(Date.now() - started).toBeGreaterThanOrEqual(140);
-          expect(Date.now() - started).toBeLessThan(1500);
-        });
-      });
+  it('deadline: DEADLINE_EXCEEDED at the deadline (on the channel\'s clock), and the stream is reset (the server sees it cancelled)', async () => {
+    const arrived = signal();
+    const serverSaw = signal<number>();
+    const srv = await serve((stream) => {
+      stream.on('close', () => serverSaw.resolve(stream.rstCode));
+      arrived.resolve();
     });
-    await closed;
-    expect(serverSaw).toBe(http2.constants.NGHTTP2_CANCEL);
+    const clock = new VirtualClock();
+    let settled = false;
+    const call = failure(channel(srv.target, { clock }).call('/x/Hang', Buffer.alloc(0), 150)).finally(() => (settled = true));
+    await arrived.promise;
+    await clock.advance(149);
+    expect(settled).toBe(false);
+    await clock.advance(1);
+    expect((await call).code).toBe(GrpcStatus.DEADLINE_EXCEEDED);
+    expect(await serverSaw.promise).toBe(http2.constants.NGHTTP2_CANCEL);
+    expect(clock.pending).toBe(0);
   });
 
   it('no deadline: no grpc-timeout is sent; an abort ends the call with CANCELLED and resets the stream (the server sees it cancelled)', async () => {
@@ -331,7 +355,7 @@ describe('UnaryChannel: the server away and back', () => {
     let srv: Server | undefined;
     srv = await serve(() => {
       // never answers: the server dies with the call open
-      setTimeout(() => void srv!.close(), 50);
+      void srv!.close();
     });
     const ch = channel(srv.target);
     const started = Date.now();
@@ -342,13 +366,12 @@ describe('UnaryChannel: the server away and back', () => {
     expect((await ch.call('/x/Y', Buffer.alloc(0), 5000)).toString()).toBe('ok');
   });
 
-  it('GOAWAY from the server: the next call opens a new session', async () => {
+  it('GOAWAY from the server: the next call opens a new session (received before it, or refusing it)', async () => {
     const srv = await serve(ok);
     const ch = channel(srv.target);
     await ch.call('/x/Y', Buffer.alloc(0), 5000);
     const [first] = [...srv.sessions];
-    first!.goaway();
-    await sleep(50);
+    first!.goaway(http2.constants.NGHTTP2_NO_ERROR, 1);
     expect((await ch.call('/x/Y', Buffer.alloc(0), 5000)).toString()).toBe('ok');
     expect([...srv.sessions].some((s) => s !== first)).toBe(true);
   });
@@ -393,22 +416,28 @@ describe('UnaryChannel: server streams (runtime events)', () => {
   it('hands each message over as it arrives (several in one DATA frame, one split across frames), sends no deadline, and ends on OK', async () => {
     let seen: http2.IncomingHttpHeaders | undefined;
     const got: string[] = [];
+    const waiters: { n: number; resolve: () => void }[] = [];
+    /** Resolves once the client has handed `n` messages over: the server goes on only then. */
+    const received = (n: number) => new Promise<void>((resolve) => (got.length >= n ? resolve() : waiters.push({ n, resolve })));
+    const onMessage = (m: Buffer) => {
+      got.push(m.toString());
+      for (const w of waiters.filter((x) => got.length >= x.n)) w.resolve();
+    };
     let gotBeforeEnd = 0;
     const srv = await serve(async (stream, headers) => {
       seen = headers;
       stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
       stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
       stream.write(Buffer.concat([frame(Buffer.from('one')), frame(Buffer.from('two'))]));
-      await sleep(20);
+      await received(2);
       const third = frame(Buffer.from('three'));
-      stream.write(third.subarray(0, 3));
-      await sleep(20);
+      await flushed(stream, third.subarray(0, 3));
       stream.write(third.subarray(3));
-      await sleep(20);
+      await received(3);
       gotBeforeEnd = got.length;
       stream.end();
     });
-    await channel(srv.target).serverStream('/s.S/Watch', Buffer.from('req'), (m) => got.push(m.toString()), new AbortController().signal);
+    await channel(srv.target).serverStream('/s.S/Watch', Buffer.from('req'), onMessage, new AbortController().signal);
     expect(got).toEqual(['one', 'two', 'three']);
     expect(gotBeforeEnd).toBe(3);
     expect(seen![':path']).toBe('/s.S/Watch');
@@ -416,11 +445,11 @@ describe('UnaryChannel: server streams (runtime events)', () => {
   });
 
   it('an abort ends the stream with CANCELLED and resets it (the server sees it closed); a failure status after messages rejects with it', async () => {
-    let serverClosed = false;
+    const serverClosed = signal<number>();
     const srv = await serve((stream) => {
       stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
       stream.write(frame(Buffer.from('x')));
-      stream.on('close', () => (serverClosed = true));
+      stream.on('close', () => serverClosed.resolve(stream.rstCode));
     });
     const ab = new AbortController();
     const got: string[] = [];
@@ -430,8 +459,7 @@ describe('UnaryChannel: server streams (runtime events)', () => {
     }, ab.signal);
     expect((await failure(p)).code).toBe(GrpcStatus.CANCELLED);
     expect(got).toEqual(['x']);
-    for (let i = 0; i < 100 && !serverClosed; i++) await sleep(5);
-    expect(serverClosed).toBe(true);
+    expect(await serverClosed.promise).toBe(http2.constants.NGHTTP2_CANCEL);
 
     const failing = await serve((stream) => {
       stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
@@ -442,5 +470,279 @@ describe('UnaryChannel: server streams (runtime events)', () => {
     const e = await failure(channel(failing.target).serverStream('/s.S/Watch', Buffer.alloc(0), (m) => got2.push(m.toString()), new AbortController().signal));
     expect([e.code, got2]).toEqual([GrpcStatus.UNAVAILABLE, ['y']]);
     expect(e.message).toContain('shutting down');
+  });
+});
+
+/** Answers `text` with OK. */
+function answer(stream: http2.ServerHttp2Stream, text: string): void {
+  if (stream.closed) return;
+  stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
+  stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
+  stream.end(frame(Buffer.from(text)));
+}
+
+/** Counts each call's effect as its server would (the call's ID is its request message). */
+class Effects {
+  readonly counts = new Map<string, number>();
+  async run(body: Promise<Buffer>): Promise<string> {
+    const id = (await body).subarray(5).toString();
+    this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
+    return id;
+  }
+  sorted(): [string, number][] {
+    return [...this.counts].sort(([a], [b]) => a.localeCompare(b));
+  }
+}
+
+const settledOf = async (p: Promise<unknown>): Promise<PromiseSettledResult<unknown>> => (await Promise.allSettled([p]))[0]!;
+
+describe('UnaryChannel: GOAWAY and refused streams (transparent retry)', () => {
+  const RUN = '/runtime.v1.RuntimeService/RunPodSandbox';
+
+  it.each([
+    ['one GOAWAY', false],
+    ["grpc-go's graceful stop: GOAWAY with 2^31-1, then the real lastStreamID", true],
+  ])('graceful GOAWAY in the middle of a burst (%s): every call the server did not process is sent again on a new session and succeeds; each call runs exactly once', async (_name, twice) => {
+    const effects = new Effects();
+    const seen: http2.Http2Session[] = [];
+    const processedOnFirst: number[] = [];
+    const held: Promise<() => void>[] = [];
+    let goneAway: http2.Http2Session | undefined;
+    const srv = await serveStreams((stream, _h, body) => {
+      const session = stream.session!;
+      if (!seen.includes(session)) seen.push(session);
+      // Above the GOAWAY's lastStreamID: the application never sees it (the HTTP/2 layer refuses it).
+      if (session === goneAway) return;
+      if (session !== seen[0]) return void effects.run(body).then((id) => answer(stream, `done:${id}`));
+      // The first session processes 5 calls, then says GOAWAY naming the last of them, then answers them.
+      processedOnFirst.push(stream.id!);
+      held.push(effects.run(body).then((id) => () => answer(stream, `done:${id}`)));
+      if (held.length === 5) {
+        goneAway = session;
+        if (twice) session.goaway(http2.constants.NGHTTP2_NO_ERROR, 2 ** 31 - 1);
+        session.goaway(http2.constants.NGHTTP2_NO_ERROR, stream.id!);
+        void Promise.all(held).then((answers) => answers.forEach((a) => a()));
+      }
+    });
+    const ch = channel(srv.target);
+    const ids = Array.from({ length: 20 }, (_, i) => `sandbox-${String(i).padStart(2, '0')}`);
+    const answers = await Promise.all(ids.map((id) => ch.call(RUN, Buffer.from(id), 5000)));
+    expect(answers.map(String)).toEqual(ids.map((id) => `done:${id}`));
+    expect(effects.sorted()).toEqual(ids.map((id) => [id, 1]));
+    expect([seen.length, processedOnFirst]).toEqual([2, [1, 3, 5, 7, 9]]);
+  });
+
+  it('a call the server processed whose answer is lost is not sent again: UNAVAILABLE, and it ran once (the unprocessed ones are retried)', async () => {
+    const effects = new Effects();
+    let first: http2.Http2Session | undefined;
+    const srv = await serveStreams((stream, _h, body) => {
+      const session = stream.session!;
+      first ??= session;
+      if (session === first) {
+        if (stream.id !== 1) return; // above lastStreamID: refused
+        void effects.run(body); // processed, never answered
+        session.goaway(http2.constants.NGHTTP2_NO_ERROR, 1);
+        return;
+      }
+      // A retried call on the new session proves the client had the GOAWAY: the old session now dies.
+      first?.destroy();
+      void effects.run(body).then((id) => answer(stream, `done:${id}`));
+    });
+    const ch = channel(srv.target);
+    const results = await Promise.all(['a', 'b', 'c'].map((id) => settledOf(ch.call(RUN, Buffer.from(id), 5000))));
+    expect(results[0]).toMatchObject({ status: 'rejected', reason: { code: GrpcStatus.UNAVAILABLE } });
+    expect(results.slice(1).map((r) => r.status === 'fulfilled' && String(r.value))).toEqual(['done:b', 'done:c']);
+    expect(effects.sorted()).toEqual([['a', 1], ['b', 1], ['c', 1]]);
+    expect(fromGrpcError('RunPodSandbox', (results[0] as PromiseRejectedResult).reason).code).toBe('UNAVAILABLE');
+  });
+
+  it('GOAWAY with an error (too_many_pings): the calls above its lastStreamID are retried, the processed ones fail UNAVAILABLE', async () => {
+    const effects = new Effects();
+    let first: http2.Http2Session | undefined;
+    let processed = 0;
+    const srv = await serveStreams((stream, _h, body) => {
+      const session = stream.session!;
+      first ??= session;
+      if (session !== first) return void effects.run(body).then((id) => answer(stream, `done:${id}`));
+      if (processed >= 2) return;
+      void effects.run(body);
+      if (++processed === 2) session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, stream.id!, Buffer.from('too_many_pings'));
+    });
+    const ch = channel(srv.target);
+    const ids = ['p1', 'p2', 'u1', 'u2', 'u3'];
+    const results = await Promise.all(ids.map((id) => settledOf(ch.call(RUN, Buffer.from(id), 5000))));
+    expect(results.map((r) => (r.status === 'fulfilled' ? String(r.value) : (r.reason as GrpcError).code))).toEqual([
+      GrpcStatus.UNAVAILABLE,
+      GrpcStatus.UNAVAILABLE,
+      'done:u1',
+      'done:u2',
+      'done:u3',
+    ]);
+    expect(effects.sorted()).toEqual(ids.map((id) => [id, 1]));
+  });
+
+  it('RST_STREAM REFUSED_STREAM: sent again once (and succeeds); refused again -> UNAVAILABLE after exactly two attempts', async () => {
+    const effects = new Effects();
+    let refuse = 1;
+    let attempts = 0;
+    const srv = await serveStreams((stream, _h, body) => {
+      attempts++;
+      if (refuse-- > 0) return stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      void effects.run(body).then((id) => answer(stream, `done:${id}`));
+    });
+    const ch = channel(srv.target);
+    expect(String(await ch.call(RUN, Buffer.from('x'), 5000))).toBe('done:x');
+    expect([attempts, effects.sorted()]).toEqual([2, [['x', 1]]]);
+
+    refuse = Infinity;
+    attempts = 0;
+    const err = await failure(ch.call(RUN, Buffer.from('y'), 5000));
+    expect([err.code, attempts]).toEqual([GrpcStatus.UNAVAILABLE, 2]);
+    expect(effects.counts.has('y')).toBe(false);
+  });
+});
+
+/**
+ * A unix-socket proxy in front of a server: `freeze()` makes its open connections drop
+ * every byte both ways, as a runtime that hangs (SIGSTOP, a wedged event loop) would.
+ * New connections are forwarded.
+ */
+async function proxy(upstreamSocket: string): Promise<{ target: string; freeze(): void }> {
+  const socket = path.join(dir, `p${n++}.sock`);
+  const open = new Set<net.Socket>();
+  const frozen = new WeakSet<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(upstreamSocket);
+    open.add(client);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      open.delete(client);
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+    client.on('data', (d: Buffer) => frozen.has(client) || upstream.write(d));
+    upstream.on('data', (d: Buffer) => frozen.has(client) || client.write(d));
+  });
+  await new Promise<void>((r) => server.listen(socket, r));
+  cleanups.push(() => {
+    for (const c of open) c.destroy();
+    server.close();
+  });
+  return { target: `unix://${socket}`, freeze: () => open.forEach((c) => frozen.add(c)) };
+}
+
+/** Messages handed over by a server stream, and a wait for the n-th. */
+function collector() {
+  const got: string[] = [];
+  const waiters: { n: number; resolve: () => void }[] = [];
+  return {
+    got,
+    onMessage: (m: Buffer) => {
+      got.push(m.toString());
+      for (const w of waiters.filter((x) => got.length >= x.n)) w.resolve();
+    },
+    received: (count: number) => new Promise<void>((resolve) => (got.length >= count ? resolve() : waiters.push({ n: count, resolve }))),
+  };
+}
+
+describe('UnaryChannel: keepalive of calls without a deadline', () => {
+  const watch = (stream: http2.ServerHttp2Stream) => {
+    stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
+    stream.write(frame(Buffer.from('hello')));
+  };
+
+  it('a silent runtime under an open server stream is noticed after 5 min of silence + 20 s without a PING answer: UNAVAILABLE, naming the keepalive', async () => {
+    const clock = new VirtualClock();
+    const srv = await serve(watch);
+    const px = await proxy(srv.socket);
+    const c = collector();
+    let settled = false;
+    const p = failure(channel(px.target, { clock }).serverStream('/s.S/Watch', Buffer.alloc(0), c.onMessage, new AbortController().signal)).finally(() => (settled = true));
+    await c.received(1);
+    px.freeze();
+    await clock.advance(KEEPALIVE_IDLE_MS + KEEPALIVE_TIMEOUT_MS - 1);
+    expect(settled).toBe(false);
+    await clock.advance(1);
+    const err = await p;
+    expect([err.code, err.details]).toEqual([GrpcStatus.UNAVAILABLE, 'Connection dropped: keepalive: no answer to HTTP/2 PING within 20000 ms']);
+    expect(clock.pending).toBe(0);
+  });
+
+  it('a runtime that answers: one PING after 5 min of silence, the stream stays open; no timer once it ends, none for calls with a deadline', async () => {
+    const clock = new VirtualClock();
+    const pings: number[] = [];
+    const srv = await serve((stream, headers) => {
+      if (headers[':path'] === '/x/Y') return answer(stream, 'ok');
+      watch(stream);
+      // The PING's acknowledgement leaves before this message: its arrival proves the client has the answer.
+      stream.session!.on('ping', () => {
+        pings.push(clock.now());
+        stream.write(frame(Buffer.from('after-ping')));
+      });
+    });
+    const ch = channel(srv.target, { clock });
+    expect(String(await ch.call('/x/Y', Buffer.alloc(0), 5000))).toBe('ok');
+    expect([clock.pending, clock.sleeps]).toEqual([0, [5000]]); // a deadline, and no keepalive timer
+    const t0 = clock.now();
+    const c = collector();
+    const ab = new AbortController();
+    let settled = false;
+    const p = failure(ch.serverStream('/s.S/Watch', Buffer.alloc(0), c.onMessage, ab.signal)).finally(() => (settled = true));
+    await c.received(1);
+    await clock.advance(KEEPALIVE_IDLE_MS - 1);
+    expect(pings).toEqual([]);
+    await clock.advance(1);
+    await c.received(2);
+    expect(pings).toEqual([t0 + KEEPALIVE_IDLE_MS]);
+    await clock.advance(KEEPALIVE_TIMEOUT_MS);
+    expect([settled, pings.length]).toEqual([false, 1]);
+    ab.abort();
+    expect((await p).code).toBe(GrpcStatus.CANCELLED);
+    expect(clock.pending).toBe(0);
+  });
+
+  it('rejects a keepalive option that is not a positive number of milliseconds', () => {
+    expect(() => new UnaryChannel('unix:///x.sock', { keepaliveIdleMs: 0 })).toThrow('grpc channel option keepaliveIdleMs: expected a positive number of milliseconds, got 0');
+    expect(() => new UnaryChannel('unix:///x.sock', { keepaliveTimeoutMs: Number.NaN })).toThrow(/keepaliveTimeoutMs/);
+  });
+
+  it('the runtime events subscription notices a silent runtime within the bound, asks for a relist, and subscribes again', async () => {
+    const clock = new VirtualClock();
+    const srv = await serve((stream, headers) => {
+      if (headers[':path'] !== CRI_EVENTS_PATH) return void stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': '12' }, { endStream: true });
+      watch(stream);
+    });
+    const px = await proxy(srv.socket);
+    const ch = channel(px.target, { clock });
+    const relists: number[] = [];
+    const waiters: { cond: () => boolean; resolve: () => void }[] = [];
+    const until = (cond: () => boolean) => new Promise<void>((resolve) => (cond() ? resolve() : waiters.push({ cond, resolve })));
+    const ev = new RuntimeEvents({
+      stream: (p, b, m, s) => ch.serverStream(p, b, m, s),
+      onEvent: () => {
+        relists.push(clock.now());
+        for (const w of waiters.filter((x) => x.cond())) w.resolve();
+      },
+      clock,
+      logger: silentLogger(),
+      settleMs: 1000,
+      coalesceMs: 100,
+    });
+    const ab = new AbortController();
+    const t0 = clock.now();
+    ev.start(ab.signal);
+    cleanups.push(() => ab.abort());
+    await until(() => ev.live);
+    px.freeze();
+    await clock.advance(KEEPALIVE_IDLE_MS + KEEPALIVE_TIMEOUT_MS);
+    await until(() => !ev.live);
+    // Lost at the bound exactly (virtual time); one relist for what the silence may have hidden.
+    expect(relists.at(-1)).toBe(t0 + KEEPALIVE_IDLE_MS + KEEPALIVE_TIMEOUT_MS);
+    await clock.advance(1000); // the backoff after a failed subscription
+    await until(() => ev.live);
+    expect(ev.source).toBe('cri');
+    ab.abort();
+    await ev.stop();
   });
 });
