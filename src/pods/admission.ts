@@ -18,6 +18,13 @@
  *   (containerd 1.6 says nothing; it would merge the image's groups silently):
  *   `SupplementalGroupsPolicyNotSupported`, as the kubelet since 1.33.
  *
+ * - container count (nodelet's own, first): a pod with more than MAX_CONTAINERS_PER_POD
+ *   containers is refused, `TooManyContainers`. The API server caps only the pod's size
+ *   (~1.5 MiB: ~45,000 minimal containers); each sync's work grows with the containers
+ *   (linear since pod-spec-bounds, but ~0.5 s of status per sync at 45,000 on one thread),
+ *   and no node runs such a pod: the whole node's CRI ListContainers answer is capped at
+ *   16 MiB, ~25,000 containers. The kubelet has no such bound.
+ *
  * More checks (resources, node affinity, taints) are more handlers: `(pod) => rejection`.
  */
 import fs from 'node:fs/promises';
@@ -198,8 +205,19 @@ export interface AdmissionOptions {
 }
 
 /** The node's admission handlers, in order. Throws CONFIG_INVALID for a bad allowedUnsafeSysctls entry. */
+/** The most containers (init, app and ephemeral) nodelet runs in one pod (see above). */
+export const MAX_CONTAINERS_PER_POD = 1024;
+
+export function containerCountAdmitHandler(pod: Pod): Rejection | undefined {
+  const s = pod.spec;
+  const n = (s?.initContainers?.length ?? 0) + (s?.containers?.length ?? 0) + (s?.ephemeralContainers?.length ?? 0);
+  if (n <= MAX_CONTAINERS_PER_POD) return undefined;
+  return { reason: 'TooManyContainers', message: `the pod has ${n} containers; nodelet runs at most ${MAX_CONTAINERS_PER_POD} in one pod` };
+}
+
 export function podAdmitHandlers(o: AdmissionOptions): PodAdmitHandler[] {
   return [
+    containerCountAdmitHandler,
     sysctlAdmitHandler(safeSysctls(o.kernelRelease), o.allowedUnsafeSysctls ?? []),
     appArmorAdmitHandler(o.appArmorEnabled),
     userNamespaceAdmitHandler,

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { admitPod, appArmorAdmitHandler, podAdmitHandlers, rejectedStatus, safeSysctls, supplementalGroupsPolicyAdmitHandler, sysctlAdmitHandler, userNamespaceAdmitHandler } from '../../../src/pods/admission.js';
+import { admitPod, appArmorAdmitHandler, containerCountAdmitHandler, MAX_CONTAINERS_PER_POD, podAdmitHandlers, rejectedStatus, safeSysctls, supplementalGroupsPolicyAdmitHandler, sysctlAdmitHandler, userNamespaceAdmitHandler } from '../../../src/pods/admission.js';
 import { PodManager } from '../../../src/pods/manager.js';
 import { ManualClock } from '../../helpers/clock.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
@@ -107,6 +107,25 @@ describe('supplementalGroupsPolicy admission', () => {
     ['Merge needs nothing', 'Merge', false, undefined],
   ])('%s', (_, policy, supported, want) => {
     expect(supplementalGroupsPolicyAdmitHandler(() => supported)(strict(policy))).toEqual(want);
+  });
+});
+
+describe('container count admission (nodelet\'s own bound)', () => {
+  const withContainers = (apps: number, inits = 0, ephemeral = 0): Pod => ({
+    metadata: { name: 'wide', namespace: 'default', uid: 'u-wide' },
+    spec: {
+      containers: Array.from({ length: apps }, (_, i) => ({ name: `c${i}`, image: 'busybox' })),
+      initContainers: Array.from({ length: inits }, (_, i) => ({ name: `i${i}`, image: 'busybox' })),
+      ephemeralContainers: Array.from({ length: ephemeral }, (_, i) => ({ name: `e${i}`, image: 'busybox' })),
+    },
+  });
+  it('admits up to the bound counting init, app and ephemeral containers, and names the count past it', () => {
+    expect(MAX_CONTAINERS_PER_POD).toBe(1024);
+    expect(containerCountAdmitHandler(withContainers(1000, 20, 4))).toBeUndefined();
+    expect(containerCountAdmitHandler(withContainers(1000, 20, 5))).toEqual({ reason: 'TooManyContainers', message: 'the pod has 1025 containers; nodelet runs at most 1024 in one pod' });
+    // A pod at the API server's size limit (~45,000 minimal containers) is refused first, before any other handler looks at it.
+    const huge = withContainers(45_000);
+    expect(admitPod(huge, podAdmitHandlers({ kernelRelease: '6.1.0', appArmorEnabled: false }))?.reason).toBe('TooManyContainers');
   });
 });
 
