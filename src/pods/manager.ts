@@ -513,7 +513,7 @@ export class PodManager {
         this.#firstSeen.delete(uid);
         await ctx.runtime.adopted?.(w.pod, observed);
       }
-      const plan = computePodActions(w.pod, observed, now, this.#o.crashLoopBackOff);
+      const plan = computePodActions(w.pod, observed, now, this.#o.crashLoopBackOff, (id) => this.#probes.started(id));
       holdFinished(plan, w.pod, observed);
       holdPastDeadline(ctx, w, plan, observed, now);
       const waiting: Record<string, Waiting> = { ...plan.waiting };

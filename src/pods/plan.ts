@@ -114,7 +114,17 @@ export function containerHash(c: Container): string {
 
 const hashes = new WeakMap<Container, { name: string; image: string | undefined; hash: string }>();
 
-export function computePodActions(pod: Pod, observed: ObservedPod, now: number, backoff: BackoffPolicy = BACKOFF): PodActions {
+/** A native sidecar: an init container with `restartPolicy: Always` (GA in 1.33). It keeps running beside the app containers. */
+export function isSidecar(c: Container): boolean {
+  return c.restartPolicy === 'Always';
+}
+
+/**
+ * The kubelet's computePodActions. `started(id)`: whether a running container has started
+ * (its startup probe passed; default: running is started), for native sidecars, the next
+ * init container starting only once the sidecar before it has.
+ */
+export function computePodActions(pod: Pod, observed: ObservedPod, now: number, backoff: BackoffPolicy = BACKOFF, started: (containerId: string) => boolean = () => true): PodActions {
   const actions: PodActions = { killPod: false, start: [], kill: [], removeContainers: [], removeSandboxes: [], waiting: {} };
   const policy = restartPolicy(pod);
   const inits = pod.spec?.initContainers ?? [];
@@ -168,9 +178,24 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     }
   }
 
-  // Init containers: the first one not yet succeeded decides.
-  for (const spec of inits) {
+  const waitForInit = () => {
+    for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
+    return actions;
+  };
+  // Once an app container exists in the sandbox, the pod was initialized: the init
+  // containers are done with, and a sidecar that stops is restarted beside the apps without
+  // holding them (the kubelet's "initialized" test).
+  const initialized = apps.some((a) => inSandbox(a.name));
+  if (initialized) for (const spec of inits) if (isSidecar(spec)) keepSidecar(pod, spec, inSandbox(spec.name), now, actions, backoff, nextCount);
+  // Init containers, in order, until the pod is initialized: a regular one must succeed, a
+  // sidecar must have started (its startup probe passed), before the next one starts.
+  for (const spec of initialized ? [] : inits) {
     const cur = inSandbox(spec.name);
+    if (isSidecar(spec)) {
+      if (cur?.state === 'running' && (!cur.hash || cur.hash === containerHash(spec)) && started(cur.id)) continue;
+      keepSidecar(pod, spec, cur, now, actions, backoff, nextCount);
+      return waitForInit();
+    }
     if (cur && cur.state === 'exited' && cur.exitCode === 0) continue;
     if (cur && (cur.state === 'running' || cur.state === 'created')) {
       for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
@@ -189,12 +214,15 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     return actions;
   }
 
+  let appsDone = policy !== 'Always';
   for (const spec of apps) {
     const cur = inSandbox(spec.name);
     if (!cur) {
+      appsDone = false;
       actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: false });
       continue;
     }
+    if (cur.state !== 'exited' || shouldRestart(policy, cur)) appsDone = false;
     if (cur.state === 'running') {
       if (cur.hash && cur.hash !== containerHash(spec)) {
         actions.kill.push({ id: cur.id, name: spec.name, reason: 'container spec changed' });
@@ -210,7 +238,39 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     }
     if (shouldRestart(policy, cur)) restartOrBackOff(pod, spec.name, cur, now, actions, false, backoff);
   }
+  // A pod that does not restart its app containers (a Job's) is over when they are: its
+  // sidecars are stopped, last started first, and not restarted.
+  if (appsDone && apps.length > 0) {
+    const sidecars = new Set(inits.filter(isSidecar).map((c) => c.name));
+    actions.start = actions.start.filter((s) => !sidecars.has(s.name));
+    for (const s of sidecars) delete actions.waiting[s];
+    for (const spec of [...inits].reverse()) {
+      const cur = sidecars.has(spec.name) ? inSandbox(spec.name) : undefined;
+      if (cur && (cur.state === 'running' || cur.state === 'created')) actions.kill.push({ id: cur.id, name: spec.name, reason: 'the pod\'s app containers have completed', event: `Stopping container ${spec.name}` });
+    }
+  }
   return actions;
+}
+
+/**
+ * A sidecar's own actions, whatever the pod's restartPolicy: started when missing, replaced
+ * when it never ran or its spec changed, restarted after the crash-loop backoff when it
+ * stopped.
+ */
+function keepSidecar(pod: Pod, spec: Container, cur: ObservedContainer | undefined, now: number, actions: PodActions, backoff: BackoffPolicy, nextCount: (name: string) => number): void {
+  if (!cur) {
+    actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: true });
+  } else if (cur.state === 'running') {
+    if (cur.hash && cur.hash !== containerHash(spec)) {
+      actions.kill.push({ id: cur.id, name: spec.name, reason: 'container spec changed' });
+      actions.start.push({ name: spec.name, restartCount: cur.restartCount + 1, init: true });
+    }
+  } else if (cur.state === 'created' || cur.state === 'unknown') {
+    actions.removeContainers.push(cur.id);
+    actions.start.push({ name: spec.name, restartCount: cur.restartCount + 1, init: true });
+  } else {
+    restartOrBackOff(pod, spec.name, cur, now, actions, true, backoff);
+  }
 }
 
 function restartOrBackOff(pod: Pod, name: string, cur: ObservedContainer, now: number, actions: PodActions, init: boolean, backoff: BackoffPolicy): void {

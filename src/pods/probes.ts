@@ -163,7 +163,9 @@ export class ProbeManager {
     const uid = pod.metadata!.uid!;
     // By name, the first of each (as a search of the spec finds it): one search per running container was quadratic.
     const specs = new Map<string, Container>();
+    // App containers and native sidecars (init containers with restartPolicy Always) are probed; other init containers are not.
     for (const c of pod.spec?.containers ?? []) if (!specs.has(c.name)) specs.set(c.name, c);
+    for (const c of pod.spec?.initContainers ?? []) if (c.restartPolicy === 'Always' && !specs.has(c.name)) specs.set(c.name, c);
     const keep = new Set<string>();
     let added = false;
     for (const rc of running) {

@@ -5,7 +5,7 @@
  */
 import type { ContainerState, ContainerStatus, Pod, PodCondition, PodStatus } from 'kubernetes-types/core/v1.js';
 import { containersByName, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
-import { restartPolicy, type Waiting } from './plan.js';
+import { isSidecar, restartPolicy, type Waiting } from './plan.js';
 import { limitTerminationMessages } from './termination-message.js';
 
 export interface StatusInputs {
@@ -87,15 +87,22 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
   // Grouped once: looking each container up in the whole list is quadratic (~45,000 containers fit in a pod).
   const byName = containersByName(observed);
   const named = (name: string) => byName.get(name) ?? [];
-  const initStatuses = inits.map((c) => containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], 'PodInitializing', runtimeName));
-  const initialized = initStatuses.every((s) => s.state?.terminated?.exitCode === 0);
+  // Native sidecars (restartPolicy Always) are probed, and report started and ready as app containers do.
+  const initStatuses = inits.map((c) => containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], 'PodInitializing', runtimeName, isSidecar(c) ? inp.probes : undefined));
+  const sidecarStatuses = initStatuses.filter((_, i) => isSidecar(inits[i]!));
+  const regularInitStatuses = initStatuses.filter((_, i) => !isSidecar(inits[i]!));
+  // Initialized: every regular init container succeeded and every sidecar has started (or,
+  // once an app container exists, the pod was: a sidecar restarting later does not undo it).
+  const appsCreated = apps.some((c) => named(c.name).some((o) => o.podSandboxId === sandboxId));
+  const initialized = regularInitStatuses.every((s) => s.state?.terminated?.exitCode === 0) && (appsCreated || sidecarStatuses.every((s) => s.started));
   const appStatuses = apps.map((c) =>
     containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName, inp.probes),
   );
-  const initFailed = initStatuses.some((s) => (s.state?.terminated?.exitCode ?? 0) !== 0) && restartPolicy(pod) === 'Never';
+  const initFailed = regularInitStatuses.some((s) => (s.state?.terminated?.exitCode ?? 0) !== 0) && restartPolicy(pod) === 'Never';
 
   const phase = initFailed ? 'Failed' : podPhase(pod, initialized, appStatuses);
-  const allReady = appStatuses.length > 0 && appStatuses.every((s) => s.ready);
+  // A sidecar's readiness counts in the pod's, as an app container's does.
+  const allReady = appStatuses.length > 0 && appStatuses.every((s) => s.ready) && sidecarStatuses.every((s) => s.ready);
   const cond = (type: string, ok: boolean, reason?: string): PodCondition => {
     const status = ok ? 'True' : 'False';
     const prev = inp.previous?.conditions?.find((c) => c.type === type);
@@ -107,7 +114,7 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
       lastTransitionTime: prev && prev.status === status ? prev.lastTransitionTime : iso(now),
     };
   };
-  const notReady = appStatuses.filter((s) => !s.ready).map((s) => s.name);
+  const notReady = [...sidecarStatuses, ...appStatuses].filter((s) => !s.ready).map((s) => s.name);
   const startTime = inp.previous?.startTime ?? iso(now);
   // Terminated states' messages within the pod's 12 KiB, as the kubelet's status manager cuts them.
   return limitTerminationMessages(pod, {

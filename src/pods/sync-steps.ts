@@ -14,7 +14,7 @@ import { podRef, type EventSink } from '../events.js';
 import type { Logger } from '../log.js';
 import { runLifecycleHandler } from './hooks.js';
 import type { ObservedPod } from './observed.js';
-import { podTitle, type PodActions, type StartContainer, type Waiting } from './plan.js';
+import { isSidecar, podTitle, type PodActions, type StartContainer, type Waiting } from './plan.js';
 import type { PodRuntime } from './runtime-port.js';
 import { finishedInApi } from './sources.js';
 import { nextBackoff, type PodWorker } from './worker.js';
@@ -168,7 +168,10 @@ async function stopOne(ctx: StepContext, pod: Pod, specs: PodSpecs, name: string
 }
 
 /**
- * Stops every container (in parallel, each with its grace period), then every sandbox.
+ * Stops every container, then every sandbox. The app containers (and regular ones) stop in
+ * parallel, each with the grace period; then the native sidecars, one at a time in the
+ * reverse of their order in the spec, each with what is left of it (at least 2 s), as the
+ * kubelet stops a pod with sidecars: they serve the app containers to the end.
  * Every stop is tried; the failures are returned (not thrown), so the caller decides:
  * a sync logs them, a removal fails with them and retries after its backoff.
  */
@@ -178,7 +181,15 @@ export async function killPod(ctx: StepContext, pod: Pod, observed: ObservedPod,
   const specs = new PodSpecs(pod);
   // A runtime pod no source knows (no spec) has no object for events to be about.
   if (pod.spec) for (const c of live) ctx.events.emit(podRef(pod, specs.ref(c.name)), 'Normal', 'Killing', `Stopping container ${c.name}`);
-  await Promise.all(live.map((c) => stopOne(ctx, pod, specs, c.name, c.id, grace).catch((e) => failures.push(`stop container ${c.name}: ${errorMessage(e)}`))));
+  const sidecarOrder = (pod.spec?.initContainers ?? []).filter(isSidecar).map((c) => c.name).reverse();
+  const sidecars = new Set(sidecarOrder);
+  const t0 = ctx.clock.now();
+  const stop = (c: (typeof live)[number], g: number) => stopOne(ctx, pod, specs, c.name, c.id, g).catch((e) => failures.push(`stop container ${c.name}: ${errorMessage(e)}`));
+  await Promise.all(live.filter((c) => !sidecars.has(c.name)).map((c) => stop(c, grace)));
+  for (const name of sidecarOrder) {
+    const left = Math.max(2, grace - Math.floor((ctx.clock.now() - t0) / 1000));
+    await Promise.all(live.filter((c) => c.name === name).map((c) => stop(c, grace > 0 ? left : grace)));
+  }
   for (const s of observed.sandboxes) await ctx.runtime.stopSandbox(s.id).catch((e) => failures.push(`stop sandbox ${s.id}: ${errorMessage(e)}`));
   return failures;
 }
