@@ -174,7 +174,7 @@ export class ApiEventRecorder implements EventSink {
       e.tries++;
       const msg = errorMessage(err);
       if (refusedByServer(err)) {
-        this.#o.logger.info({ ...eventFields(e), err: msg }, `event refused by the server, dropped: ${msg}`);
+        this.#o.logger.info({ ...eventFields(e), err: msg }, `event dropped: refused by the server: ${msg}`);
       } else if (e.tries >= this.#o.attempts) {
         this.#o.logger.info({ ...eventFields(e), err: msg }, `event dropped after ${e.tries} attempts: ${msg}`);
       } else {
