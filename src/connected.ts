@@ -13,18 +13,19 @@ import type { Clock } from './clock.js';
 import type { KubeletConfiguration } from './config/types.js';
 import { parseDuration } from './config/duration.js';
 import { errorMessage } from './errors.js';
+import type { ControlPlanePorts } from './controlplane/adapter.js';
 import { clientGoLimit } from './controlplane/rate-limit.js';
-import { ApiEventRecorder, noEvents, nodeRef, type EventApi, type EventSink } from './events.js';
+import { ApiEventRecorder, noEvents, nodeRef, type EventSink } from './events.js';
 import type { Logger } from './log.js';
 import type { Service } from './loop.js';
 import type { NodeIdentity } from './node-identity.js';
 import { readMachineFacts } from './node/facts.js';
 import { PressureMonitor, SignalReader } from './node/signals.js';
-import { LeaseRenewer, type LeaseApi } from './node/lease.js';
-import { NodeReporter, type NodeApi } from './node/reporter.js';
-import { isMirrorPod, MirrorPods, mirroredUid, type MirrorPodApi } from './pods/mirror.js';
-import { runnableApiPods, type PodFeed, type PodSources, type SourceName } from './pods/sources.js';
-import { PodStatusWriter, type PodStatusApi } from './pods/status-writer.js';
+import { LeaseRenewer } from './node/lease.js';
+import { NodeReporter } from './node/reporter.js';
+import { isMirrorPod, MirrorPods, mirroredUid } from './pods/mirror.js';
+import { runnableApiPods, type PodSources, type SourceName } from './pods/sources.js';
+import { PodStatusWriter } from './pods/status-writer.js';
 import type { PodStatus } from 'kubernetes-types/core/v1.js';
 import type { RuntimeState } from './runtime/health.js';
 import type { Image } from './runtime/types.js';
@@ -32,18 +33,7 @@ import { reservedResources } from './node/status.js';
 import type { ReviewClient } from './server/auth.js';
 import { KUBELET_VERSION, VERSION } from './version.js';
 
-export interface ControlPlanePorts {
-  /** The API server URL, for logs. */
-  readonly server: string;
-  nodes: NodeApi;
-  leases: LeaseApi;
-  reviews: ReviewClient;
-  pods: PodFeed;
-  podStatus: PodStatusApi;
-  mirrorPods: MirrorPodApi;
-  events: EventApi;
-  close(): Promise<void>;
-}
+export type { ControlPlanePorts } from './controlplane/adapter.js';
 
 export type Mode = 'standalone' | 'connected';
 

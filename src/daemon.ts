@@ -30,8 +30,8 @@ import type { RuntimeState } from './runtime/health.js';
 import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
 import { hostAppArmorEnabled, podAdmitHandlers } from './pods/admission.js';
 import type { Observability } from './server/https-server.js';
-import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './system/host-facts.js';
-import type { HostCheckResult } from './system/host-checks.js';
+import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './node/host-facts.js';
+import type { HostCheckResult } from './node/host-checks.js';
 import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords, removeRootDirTempFiles } from './system/root-dir.js';
 
 /** Command-line settings that are not part of KubeletConfiguration. */

@@ -16,8 +16,8 @@ import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedCo
 import { VERSION } from './version.js';
 import { nodeModeFor } from './connected.js';
 import { realClock } from './clock.js';
-import { isHostRefusal, runHostCheckPass } from './system/host-facts.js';
-import { refusals, renderHostChecks } from './system/host-checks.js';
+import { isHostRefusal, runHostCheckPass } from './node/host-facts.js';
+import { refusals, renderHostChecks } from './node/host-checks.js';
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {

@@ -21,10 +21,15 @@
  */
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
 import type { Node, NodeStatus, Pod } from 'kubernetes-types/core/v1.js';
-import type { ControlPlanePorts } from '../connected.js';
 import { NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { SubjectAccessReviewSpec } from '../server/auth.js';
+import type { EventApi } from '../events.js';
+import type { LeaseApi } from '../node/lease.js';
+import type { NodeApi } from '../node/reporter.js';
+import type { MirrorPodApi } from '../pods/mirror.js';
+import type { PodFeed } from '../pods/sources.js';
+import type { PodStatusApi } from '../pods/status-writer.js';
+import type { ReviewClient, SubjectAccessReviewSpec } from '../server/auth.js';
 import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
 import { loadKubeconfig } from './kubeconfig.js';
 import { dropManagedFields, Reflector } from './reflector.js';
@@ -59,6 +64,20 @@ export interface PortsOptions {
   apiLimiter?: RateLimiter;
   /** The event client's rate limit (`eventRecordQPS`/`eventBurst`); default none. */
   eventLimiter?: RateLimiter;
+}
+
+/** What connected mode (connected.ts) uses of the control plane: one port per kind of object it reads or writes. */
+export interface ControlPlanePorts {
+  /** The API server URL, for logs. */
+  readonly server: string;
+  nodes: NodeApi;
+  leases: LeaseApi;
+  reviews: ReviewClient;
+  pods: PodFeed;
+  podStatus: PodStatusApi;
+  mirrorPods: MirrorPodApi;
+  events: EventApi;
+  close(): Promise<void>;
 }
 
 export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger, o: PortsOptions = {}): ControlPlanePorts {

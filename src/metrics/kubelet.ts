@@ -10,6 +10,7 @@
  *
  * Recording is a map lookup and an add: safe on every CRI call.
  */
+import type { PodManagerMetrics } from '../pods/metrics-hooks.js';
 import type { ObservedPod } from '../pods/observed.js';
 import { VERSION } from '../version.js';
 import { Collected, Counter, DEF_BUCKETS, exponentialBuckets, Gauge, Histogram, Registry } from './exposition.js';
@@ -50,19 +51,7 @@ export function operationType(method: string): string {
   return OPERATION_TYPES[method] ?? method.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
 }
 
-/** What the pod manager records (all optional to call; each is O(1)). */
-export interface PodManagerMetrics {
-  /** Every relist's view of the runtime: running pods and containers by state. */
-  relisted(pods: readonly ObservedPod[]): void;
-  /** One pod worker turn: `create` (first sync of a pod), `sync`, or `kill` (termination). */
-  podWorkerDuration(operation: 'create' | 'sync' | 'kill', seconds: number): void;
-  /** A pod ran for the first time, `seconds` after nodelet first saw it. */
-  podStartDuration(seconds: number): void;
-  /** A sandbox was created (`ok` false: the runtime refused). */
-  podStarted(ok: boolean): void;
-  /** A container was started (`ok` false: the runtime refused). */
-  containerStarted(init: boolean, ok: boolean, code?: string): void;
-}
+export type { PodManagerMetrics } from '../pods/metrics-hooks.js';
 
 /**
  * What the node shutdown manager records: the kubelet's graceful shutdown gauges, in seconds

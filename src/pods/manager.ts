@@ -24,7 +24,7 @@ import { ProbeManager } from './probes.js';
 import { computePodStatus, statusPodIP, sameJson } from './status.js';
 import { addProbeKills, collectGarbage, ensureSandbox, activeDeadlineAt, DEADLINE_EXCEEDED, holdFinished, holdPastDeadline, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
-import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from '../metrics/pod-hooks.js';
+import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from './metrics-hooks.js';
 
 export interface PodManagerOptions {
   runtime: PodRuntime;

@@ -11,7 +11,7 @@ import { silentLogger } from '../../../src/log.js';
 import { LeaseRenewer } from '../../../src/node/lease.js';
 import { Counter, Histogram, Registry, exponentialBuckets, Collected } from '../../../src/metrics/exposition.js';
 import { Metrics, operationType } from '../../../src/metrics/kubelet.js';
-import { countingPodRuntime } from '../../../src/metrics/pod-hooks.js';
+import { countingPodRuntime } from '../../../src/pods/metrics-hooks.js';
 import { renderResourceMetrics } from '../../../src/metrics/resource.js';
 import { StatsProvider, type HostReader, type StatsRuntime } from '../../../src/metrics/stats.js';
 import { requestAttributes } from '../../../src/server/auth.js';

@@ -5,10 +5,22 @@
  * its own RunPodSandbox and StartContainer steps.
  */
 import { NodeletError } from '../errors.js';
-import type { PodRuntime } from '../pods/runtime-port.js';
-import type { PodManagerMetrics } from './kubelet.js';
+import type { ObservedPod } from './observed.js';
+import type { PodRuntime } from './runtime-port.js';
 
-export type { PodManagerMetrics } from './kubelet.js';
+/** What the pod manager records (all optional to call; each is O(1)). */
+export interface PodManagerMetrics {
+  /** Every relist's view of the runtime: running pods and containers by state. */
+  relisted(pods: readonly ObservedPod[]): void;
+  /** One pod worker turn: `create` (first sync of a pod), `sync`, or `kill` (termination). */
+  podWorkerDuration(operation: 'create' | 'sync' | 'kill', seconds: number): void;
+  /** A pod ran for the first time, `seconds` after nodelet first saw it. */
+  podStartDuration(seconds: number): void;
+  /** A sandbox was created (`ok` false: the runtime refused). */
+  podStarted(ok: boolean): void;
+  /** A container was started (`ok` false: the runtime refused). */
+  containerStarted(init: boolean, ok: boolean, code?: string): void;
+}
 
 export const noPodMetrics: PodManagerMetrics = {
   relisted: () => {},

@@ -8,8 +8,8 @@ import {
   swapEntries,
   type HostCheckConfig,
   type HostFacts,
-} from '../../../src/system/host-checks.js';
-import { parseMeminfo, unifiedCgroupPath } from '../../../src/system/host-facts.js';
+} from '../../../src/node/host-checks.js';
+import { parseMeminfo, unifiedCgroupPath } from '../../../src/node/host-facts.js';
 
 const SWAP_ON = 'Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/dev/dm-1               partition\t33554428\t0\t\t-2\n';
 const SWAP_HEADER_ONLY = 'Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n';

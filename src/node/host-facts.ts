@@ -18,8 +18,8 @@ import type { KubeletConfiguration } from '../config/types.js';
 import type { NodeSwap } from '../pods/swap.js';
 import type { CriClient } from '../runtime/cri-client.js';
 import { effectiveCgroupDriver, refusals, runHostChecks, type HostCheckResult, type HostFacts, type RuntimeDriverFact } from './host-checks.js';
-import { readBoundedText } from './safe-file.js';
-import { exists } from './fs-util.js';
+import { readBoundedText } from '../system/safe-file.js';
+import { exists } from '../system/fs-util.js';
 
 /** The sysctls the spec's table names. */
 export const CHECKED_SYSCTLS = [
