@@ -22,6 +22,7 @@ import path from 'node:path';
 import type { PodList } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeAllocationCheckpoint, ALLOCATED_PODS_STATE } from '../../../src/pods/allocation.js';
+import { decodeRecords, IMAGE_RECORDS_FILE } from '../../../src/pods/image-gc.js';
 import { atomicTempPath, decodeDeviceCheckpoint, DEVICE_CHECKPOINT_FILE, isAtomicTempName, recordFileName } from '../../../src/system/root-dir.js';
 import { sleeperManifest, startFakeNode, type FakeNode } from '../../helpers/fake-node.js';
 import { eventually, startNodelet, type LogRecord, type NodeletProcess } from '../../helpers/nodelet.js';
@@ -47,6 +48,7 @@ function checkFile(root: string, rel: string, text: string): void {
   else if (rel === ALLOCATED_PODS_STATE || rel === 'actuated_pods_state') decodeAllocationCheckpoint(text);
   else if (/^image_manager\/pulling\/sha256-[0-9a-f]{64}$/.test(rel)) expect(json()).toMatchObject({ kind: 'ImagePullIntent', image: expect.any(String) });
   else if (/^image_manager\/pulled\/sha256-[0-9a-f]{64}$/.test(rel)) expect(json()).toMatchObject({ kind: 'ImagePulledRecord', imageRef: expect.any(String) });
+  else if (rel === IMAGE_RECORDS_FILE) decodeRecords(text);
   else if (rel === 'pki/kubelet.crt') new crypto.X509Certificate(text);
   else if (rel === 'pki/kubelet.key') crypto.createPrivateKey(text);
   // Termination-message files: created empty by nodelet, written by the container.
