@@ -5,11 +5,10 @@
  *
  * Order of a start: (config already validated by the caller) -> watchdog settings -> host
  * checks that can refuse -> lock (may wait) -> root dir -> healthz -> the host checks that
- * ask the runtime -> the services' modules (daemon-services.ts) -> services -> READY=1 ->
+ * ask the runtime -> the services' modules (wiring/) -> services -> READY=1 ->
  * watchdog pings.
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import { realClock, type Clock } from './clock.js';
 import { standaloneMode, type Mode, type NodeMode } from './connected.js';
 import { errorMessage } from './errors.js';
@@ -22,15 +21,11 @@ import type { NodeIdentity } from './node-identity.js';
 import { acquireLock, watchContention, type ContentionWatch, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
-import { parseDuration } from './config/duration.js';
-import { isFeatureEnabled } from './config/feature-gates.js';
-import { buildServerAuth, checkpointsEnabled, type ServerAuth } from './server/from-config.js';
+import { buildServerAuth, type ServerAuth } from './server/from-config.js';
 import { parseEndpoint } from './runtime/endpoint.js';
 import type { RuntimeState } from './runtime/health.js';
 import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
-import { hostAppArmorEnabled, podAdmitHandlers } from './pods/admission.js';
-import type { Observability } from './server/https-server.js';
-import { hostRefusal, nodeSwapFromFacts, runHostCheckPass, type HostCheckRun } from './node/host-facts.js';
+import { hostRefusal, runHostCheckPass, type HostCheckRun } from './node/host-facts.js';
 import type { HostCheckResult } from './node/host-checks.js';
 import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords, removeRootDirTempFiles } from './system/root-dir.js';
 
@@ -264,276 +259,26 @@ export class Daemon {
     return `${this.mode}; node ${identity.nodeName}; ${runtime}; ${this.#status.pods()} pods`;
   }
 
+  /** Every service after healthz (wiring/: the runtime, the pods and connected mode, the servers), in start order. */
   async #buildServices(auth: ServerAuth): Promise<Service[]> {
-    const { flags, identity } = this.#deps;
-    const cfg = this.#deps.loaded.config;
-    const log = this.#log;
-    const services: Service[] = [];
-    // The services' modules, once /healthz answers (daemon-services.ts).
-    const { createCriClient, RuntimeHealth, PodCidrUpdater, CriPodRuntime, ContainerLogManager, parseLogMaxSize, DEFAULT_CONTAINER_LOG_DIR, PodManager, RuntimeEvents, StaticPodSource, nodeShutdownFor, Metrics, StatsProvider, renderResourceMetrics, configzBody, PodSources, backoffPolicy, ImageManager, imageGcPolicy } = await import('./daemon-services.js');
-    const requestTimeoutMs = parseDuration(cfg.runtimeRequestTimeout);
-    // What operators scrape (/metrics, /metrics/resource, /stats/summary, /configz): recorded by the CRI client, the control-plane client and the pod manager.
-    const metrics = new Metrics({ nodeName: identity.nodeName, loopDelay: this.#loopDelay });
-    // The control-plane client is loaded only when connected.
-    const unobserve = this.mode === 'connected' ? (await import('./controlplane/client.js')).observeControlPlaneRequests((code, method, host) => metrics.restClientRequest(code, method, host)) : () => {};
-    services.push({ name: 'metrics', start: () => {}, stop: async () => unobserve() });
-
-    // The container runtime: a client that never fails at construction (the socket may
-    // appear later), and a health loop that reports it and recovers by itself.
-    const cri = createCriClient({
-      runtimeEndpoint: cfg.containerRuntimeEndpoint,
-      ...(cfg.imageServiceEndpoint ? { imageEndpoint: cfg.imageServiceEndpoint } : {}),
-      requestTimeoutMs,
-      logger: log,
-      observe: (method, seconds, failed) => metrics.runtimeOperation(method, seconds, failed),
-    });
-    const stats = new StatsProvider({ runtime: cri, nodeName: identity.nodeName, rootDir: flags.rootDir, clock: this.#deps.clock, onCollect: (s, ok) => (metrics.statsCollections.inc({ result: ok ? 'ok' : 'error' }), metrics.statsCollectionDuration.observe(undefined, s)) });
-    const observability: Observability = {
-      metrics: () => metrics.render(),
-      stats: () => stats.get(),
-      resourceMetrics: renderResourceMetrics,
-      ...(cfg.enableDebuggingHandlers ? { configz: (origin: boolean) => configzBody(this.#deps.loaded, origin) } : {}),
-    };
-    // The pod CIDR for the runtime: the config's podCIDR, then (connected) the Node's; resent when the runtime comes back.
-    const podCidr = new PodCidrUpdater({ runtime: cri, logger: log.child({ component: 'pod-cidr' }) });
-    const health = new RuntimeHealth({
-      runtime: cri,
-      clock: this.#deps.clock,
-      logger: log.child({ component: 'runtime-health' }),
-      endpoint: cfg.containerRuntimeEndpoint,
-      onChange: () => {
-        if (this.#ready) this.#notifier.status(this.#statusLine());
-        void podCidr.retry();
+    const { flags, identity, loaded } = this.#deps;
+    // The services' modules, once /healthz answers.
+    const { wireServices } = await import('./wiring/index.js');
+    const wired = await wireServices(
+      { loaded, cfg: loaded.config, flags, identity, mode: this.#deps.mode, clock: this.#deps.clock, log: this.#log, env: this.#deps.env },
+      {
+        auth,
+        health: this.health,
+        loopDelay: this.#loopDelay,
+        host: this.#host,
+        imageRecords: this.#imageRecords,
+        allocation: this.#allocation,
+        onRuntimeChange: () => this.#ready && this.#notifier.status(this.#statusLine()),
+        onPodsChanged: () => this.#ready && this.#notifier.status(this.#statusLine()),
       },
-    });
-    if (cfg.podCIDR) void podCidr.update(cfg.podCIDR);
-    services.push({
-      name: 'runtime-health',
-      start: async (signal) => {
-        log.info({ endpoint: cfg.containerRuntimeEndpoint, imageEndpoint: cfg.imageServiceEndpoint ?? cfg.containerRuntimeEndpoint }, `container runtime endpoint ${cfg.containerRuntimeEndpoint}`);
-        await health.syncOnce();
-        health.start(signal);
-      },
-      stop: async () => {
-        await health.stop();
-        cri.close();
-      },
-    });
-
-    // Pods: the manager (one worker per pod), fed by the static pod source.
-    const podRuntime = new CriPodRuntime({
-      cri,
-      rootDir: flags.rootDir,
-      podLogsDir: cfg.podLogsDir,
-      seccompDefault: cfg.seccompDefault,
-      ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
-      ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
-      resolvConf: cfg.resolvConf ?? '/etc/resolv.conf',
-      nodeName: identity.nodeName,
-      ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
-      events: this.#deps.mode.events,
-      logger: log.child({ component: 'pods' }),
-      ...(this.#host ? { swap: nodeSwapFromFacts(this.#host.facts, cfg) } : {}),
-      ...(this.#imageRecords ? { imageRecords: this.#imageRecords } : {}),
-      ...(this.#allocation ? { allocation: this.#allocation } : {}),
-      containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
-    });
-    // Connected: pod and node events go to the control plane (best effort, never blocking).
-    const mode = this.#deps.mode;
-    // Connected: a changed pod status wakes the status writer (its listener is registered by the mode's services below).
-    let podStatusChanged: (uid: string) => void = () => {};
-    // The runtime's change events (runtime-events.ts): where it has them, the relist runs on
-    // them (and every 10 s) instead of every second.
-    let runtimeChanged = () => {};
-    const runtimeEvents = new RuntimeEvents({
-      stream: (path, body, onMessage, signal) => cri.serverStream(path, body, onMessage, signal),
-      onEvent: () => runtimeChanged(),
-      clock: this.#deps.clock,
-      logger: log.child({ component: 'runtime-events' }),
-    });
-    const pods = new PodManager({
-      runtimeEvents,
-      onStatusChange: (uid) => podStatusChanged(uid),
-      runtime: podRuntime,
-      events: mode.events,
-      logger: log.child({ component: 'pods' }),
-      clock: this.#deps.clock,
-      serializeImagePulls: cfg.serializeImagePulls,
-      // A steady pod syncs on a runtime change or a wake-up it asked for, and every syncFrequency.
-      syncFrequencyMs: parseDuration(cfg.syncFrequency) || 60_000,
-      crashLoopBackOff: backoffPolicy({
-        reducedDecay: isFeatureEnabled(cfg, 'ReduceDefaultCrashLoopBackOffDecay'),
-        ...(cfg.crashLoopBackOff?.maxContainerRestartPeriod ? { maxContainerRestartPeriodMs: parseDuration(cfg.crashLoopBackOff.maxContainerRestartPeriod) } : {}),
-      }),
-      ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
-      // Runtime pods another node's agent made are never removed, and reported on this Node.
-      nodeName: identity.nodeName,
-      metrics,
-      // Admission: sysctls (the safe set for this kernel plus allowedUnsafeSysctls, a bad entry
-      // is fatal as for the kubelet), AppArmor on this host, user namespaces.
-      admitHandlers: podAdmitHandlers({
-        kernelRelease: os.release(),
-        allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [],
-        appArmorEnabled: await hostAppArmorEnabled(),
-        runtimeSupportsSupplementalGroupsPolicy: () => health.features()?.supplementalGroupsPolicy,
-      }),
-    });
-    this.#status = { runtime: () => health.state(), pods: () => pods.listPods().length };
-    this.health.add(pods.healthCheck());
-    services.push({
-      name: 'pods',
-      start: async (signal) => {
-        await podRuntime.init();
-        pods.start(signal);
-        runtimeChanged = () => pods.runtimeChanged();
-        runtimeEvents.start(signal);
-      },
-      stop: async () => {
-        await runtimeEvents.stop();
-        await pods.stop();
-      },
-    });
-    // The node's images and their garbage collection (the kubelet's image GC manager), standalone and connected.
-    // NODELET_TEST_IMAGE_GC_PERIOD (tests only, a Go duration) shortens the kubelet's 5 min period.
-    let gcPeriod: number | undefined;
-    try {
-      const text = this.#deps.env['NODELET_TEST_IMAGE_GC_PERIOD'];
-      if (text) gcPeriod = Math.max(100, parseDuration(text));
-    } catch (err) {
-      log.warn(`NODELET_TEST_IMAGE_GC_PERIOD ignored: ${errorMessage(err)}`);
-    }
-    const images = new ImageManager({
-      runtime: cri,
-      policy: imageGcPolicy(cfg, parseDuration),
-      rootDir: flags.rootDir,
-      clock: this.#deps.clock,
-      logger: log.child({ component: 'image-gc' }),
-      events: mode.events,
-      nodeName: identity.nodeName,
-      ...(gcPeriod ? { gcPeriodMs: gcPeriod, listPeriodMs: gcPeriod } : {}),
-    });
-    services.push({ name: 'image-gc', start: (signal) => images.start(signal), stop: () => images.stop() });
-    // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
-    const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock: this.#deps.clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }), metrics });
-    services.push({ name: 'node-shutdown', start: (signal) => shutdown.start(signal), stop: () => shutdown.stop() });
-    // Container log rotation (containerLogMaxSize, containerLogMaxFiles), as the kubelet's log manager.
-    const logRotation = new ContainerLogManager({
-      runtime: cri,
-      limits: { maxSize: parseLogMaxSize(cfg.containerLogMaxSize), maxFiles: cfg.containerLogMaxFiles },
-      maxWorkers: cfg.containerLogMaxWorkers,
-      periodMs: parseDuration(cfg.containerLogMonitorInterval),
-      clock: this.#deps.clock,
-      logger: log.child({ component: 'log-rotation' }),
-      linkDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
-    });
-    services.push({ name: 'log-rotation', start: (signal) => logRotation.start(signal), stop: () => logRotation.stop() });
-    // Pod sources: static files always; the control plane's pods for this node when connected.
-    const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...mode.podSources], (list, allReady) => {
-      shutdown.setDesired(list);
-      if (allReady) pods.setSourcesReady();
-      if (this.#ready) this.#notifier.status(this.#statusLine());
-    });
-    if (cfg.staticPodPath) {
-      const source = new StaticPodSource({
-        dir: cfg.staticPodPath,
-        // inotify wakes a rescan at once; the periodic one (what a watch can miss) runs every
-        // fileCheckFrequency (20 s) as the kubelet's, not every second (idle CPU with 110 pods).
-        rescanMs: parseDuration(cfg.fileCheckFrequency),
-        nodeName: identity.nodeName,
-        logger: log.child({ component: 'static-pods' }),
-        onChange: (list) => {
-          log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
-          sources.update('file', list);
-          mode.staticPodsChanged(list);
-        },
-      });
-      services.push({ name: 'static-pods', start: (signal) => source.start(signal), stop: () => source.stop() });
-    } else {
-      log.info('no staticPodPath: no static pods');
-    }
-    services.push(
-      ...mode.services({
-        sources,
-        pods: { podStatus: (uid) => shutdown.statusOf(uid, pods.podStatus(uid)), active: (uid) => pods.active(uid), onStatusChange: (fn) => (podStatusChanged = fn) },
-        runtimeState: () => shutdown.runtimeState(health.state()),
-        rootDir: flags.rootDir,
-        imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),
-        images: () => images.images(),
-        podCIDR: (cidr) => void podCidr.update(cidr),
-        onLeaseRenew: (ok) => metrics.leaseRenewed(ok),
-        onNodeShutdown: (reportNow) => shutdown.onShutdownStart(reportNow),
-      }),
     );
-
-    if (cfg.readOnlyPort !== 0) {
-      let ro: { stop(): Promise<void> } | undefined;
-      services.push({
-        name: 'read-only-server',
-        start: async () => {
-          // The servers' modules load after /healthz answers (start-up time).
-          const { createReadOnlyServer } = await import('./server/https-server.js');
-          const server = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health: this.health, pods, observability, logger: log });
-          ro = server;
-          const a = await server.start();
-          log.info({ address: a.address, port: a.port }, `read-only server listening on http://${a.address}:${a.port} (/pods, /healthz)`);
-        },
-        stop: async () => ro?.stop(),
-      });
-    }
-
-    // The HTTPS server: serving certificate (given, or self-signed in --cert-dir), authn/authz, checkpoints.
-    services.push(
-      this.#lazyService('https-server', async () => {
-        const [{ loadOrCreateServingCert }, { CheckpointService }, { createNodeServer }, { StreamingService }] = await Promise.all([
-          import('./server/tls.js'),
-          import('./checkpoint/service.js'),
-          import('./server/https-server.js'),
-          import('./server/streaming.js'),
-        ]);
-        const cert = await loadOrCreateServingCert({
-          ...(cfg.tlsCertFile ? { certFile: cfg.tlsCertFile } : {}),
-          ...(cfg.tlsPrivateKeyFile ? { keyFile: cfg.tlsPrivateKeyFile } : {}),
-          certDir: flags.certDir,
-          hostname: identity.nodeName,
-          ips: identity.ips,
-          logger: log,
-        });
-        const checkpoints = checkpointsEnabled(cfg)
-          ? new CheckpointService({
-              rootDir: flags.rootDir,
-              runtime: cri,
-              pods,
-              runtimeRequestTimeoutMs: requestTimeoutMs,
-              ...(flags.checkpointRetention !== undefined ? { retention: flags.checkpointRetention } : {}),
-              clock: this.#deps.clock,
-              logger: log,
-            })
-          : undefined;
-        const server = createNodeServer({
-          address: cfg.address,
-          port: cfg.port,
-          tls: { cert: cert.cert, key: cert.key, ...(auth.clientCA !== undefined ? { clientCA: auth.clientCA } : {}) },
-          authenticator: auth.authenticator,
-          authorizer: auth.authorizer,
-          nodeName: identity.nodeName,
-          health: this.health,
-          pods,
-          ...(checkpoints ? { checkpoints } : {}),
-          ...(cfg.enableDebuggingHandlers ? { containerLogs: { podLogsDir: cfg.podLogsDir } } : {}),
-          ...(cfg.enableDebuggingHandlers ? { streaming: new StreamingService({ runtime: cri, pods, idleTimeoutMs: parseDuration(cfg.streamingConnectionIdleTimeout), logger: log }) } : {}),
-          observability,
-          logger: log,
-        });
-        const a = await server.start();
-        log.info(
-          { address: a.address, port: a.port, certFile: cert.certFile, checkpoints: !!checkpoints, authorization: cfg.authorization.mode },
-          `HTTPS server listening on https://${a.address}:${a.port}${checkpoints ? ' (POST /checkpoint enabled)' : ''}`,
-        );
-        return () => server.stop();
-      }),
-    );
-
-    return services;
+    this.#status = { runtime: wired.runtimeState, pods: () => wired.pods.listPods().length };
+    return wired.services;
   }
 
   /** The healthz server, started before every other service (see start()); undefined when disabled. */
@@ -551,20 +296,6 @@ export class Daemon {
         this.#log.info({ address: addr.address, port: addr.port }, `healthz listening on http://${addr.address}:${addr.port}/healthz`);
       },
       stop: () => server.stop(),
-    };
-  }
-
-  /** A service whose start builds it and returns its stop. */
-  #lazyService(name: string, start: () => Promise<() => Promise<void>>): Service {
-    let stop: (() => Promise<void>) | undefined;
-    return {
-      name,
-      start: async () => {
-        stop = await start();
-      },
-      stop: async () => {
-        await stop?.();
-      },
     };
   }
 

@@ -1,0 +1,24 @@
+/**
+ * What every part of the wiring gets from the composition root (daemon.ts): the frozen
+ * configuration, the flags, the node's identity, the mode, the clock, the log. The wiring
+ * modules (runtime.ts, pods.ts, servers.ts) are loaded once /healthz answers (start-up
+ * time, BENCHMARKS.md "Process start -> /healthz"), through index.ts.
+ */
+import type { Clock } from '../clock.js';
+import type { KubeletConfiguration } from '../config/types.js';
+import type { LoadedConfig } from '../config/index.js';
+import type { NodeMode } from '../connected.js';
+import type { NodeletFlags } from '../daemon.js';
+import type { Logger } from '../log.js';
+import type { NodeIdentity } from '../node-identity.js';
+
+export interface WiringContext {
+  loaded: LoadedConfig;
+  cfg: KubeletConfiguration;
+  flags: NodeletFlags;
+  identity: NodeIdentity;
+  mode: NodeMode;
+  clock: Clock;
+  log: Logger;
+  env: NodeJS.ProcessEnv;
+}

@@ -1,0 +1,199 @@
+/**
+ * The pods' part of the daemon, in the order a pod travels:
+ *
+ *   sources (static files; the control plane's, when connected)
+ *     -> PodSources (every source's set merged, "all ready" once each has delivered)
+ *     -> the node shutdown manager (graceful node shutdown holds back or ends pods)
+ *     -> PodManager (one worker per pod: plan, sync steps, status)
+ *     -> CriPodRuntime (the PodRuntime port on the CRI client)
+ *
+ * beside them the runtime's change events (the relist runs on them), the image GC, the
+ * container log rotation, and connected mode's services (pod status, mirror pods, Node,
+ * Lease, events), which read the pod manager's view. News between them goes through
+ * Subscribers, not callbacks assigned after the fact.
+ */
+import os from 'node:os';
+import { parseDuration } from '../config/duration.js';
+import { isFeatureEnabled } from '../config/feature-gates.js';
+import type { Service } from '../loop.js';
+import type { HostCheckRun } from '../node/host-facts.js';
+import { nodeSwapFromFacts } from '../node/host-facts.js';
+import { nodeShutdownFor } from '../node/shutdown-manager.js';
+import { hostAppArmorEnabled, podAdmitHandlers } from '../pods/admission.js';
+import type { AllocationRecords } from '../pods/allocation.js';
+import { CriPodRuntime } from '../pods/cri-pod-runtime.js';
+import { ImageManager, imageGcPolicy } from '../pods/image-gc.js';
+import { ContainerLogManager, parseLogMaxSize } from '../pods/log-rotation.js';
+import { DEFAULT_CONTAINER_LOG_DIR } from '../pods/log-symlinks.js';
+import { PodManager } from '../pods/manager.js';
+import { backoffPolicy } from '../pods/plan.js';
+import { PodSources } from '../pods/sources.js';
+import { StaticPodSource } from '../pods/static-source.js';
+import { RuntimeEvents } from '../runtime/runtime-events.js';
+import type { ImagePullRecords } from '../system/root-dir.js';
+import { errorMessage } from '../errors.js';
+import { Subscribers } from '../subscribers.js';
+import type { WiringContext } from './context.js';
+import type { RuntimeWiring } from './runtime.js';
+
+export interface PodsWiring {
+  pods: PodManager;
+  services: Service[];
+}
+
+export interface PodsWiringOptions {
+  /** The host checks' facts (swap), when they ran. */
+  host: HostCheckRun | undefined;
+  imageRecords: ImagePullRecords | undefined;
+  allocation: AllocationRecords | undefined;
+  /** The desired pods changed (the daemon's STATUS= line). */
+  onPodsChanged: () => void;
+}
+
+export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWiringOptions): Promise<PodsWiring> {
+  const { cfg, flags, identity, clock, log, mode } = ctx;
+  const { cri, metrics } = rt;
+  const services: Service[] = [];
+
+  const podRuntime = new CriPodRuntime({
+    cri,
+    rootDir: flags.rootDir,
+    podLogsDir: cfg.podLogsDir,
+    seccompDefault: cfg.seccompDefault,
+    ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
+    ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
+    resolvConf: cfg.resolvConf ?? '/etc/resolv.conf',
+    nodeName: identity.nodeName,
+    ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+    events: mode.events,
+    logger: log.child({ component: 'pods' }),
+    ...(o.host ? { swap: nodeSwapFromFacts(o.host.facts, cfg) } : {}),
+    ...(o.imageRecords ? { imageRecords: o.imageRecords } : {}),
+    ...(o.allocation ? { allocation: o.allocation } : {}),
+    containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
+  });
+  // A pod's status changed (connected mode's status writer listens); the runtime changed (the pod manager relists).
+  const statusChanges = new Subscribers<string>();
+  const runtimeChanges = new Subscribers<void>();
+  // The runtime's change events (runtime-events.ts): where it has them, the relist runs on
+  // them (and every 10 s) instead of every second.
+  const runtimeEvents = new RuntimeEvents({
+    stream: (path, body, onMessage, signal) => cri.serverStream(path, body, onMessage, signal),
+    onEvent: () => runtimeChanges.emit(),
+    clock,
+    logger: log.child({ component: 'runtime-events' }),
+  });
+  const pods = new PodManager({
+    runtimeEvents,
+    onStatusChange: (uid) => statusChanges.emit(uid),
+    runtime: podRuntime,
+    events: mode.events,
+    logger: log.child({ component: 'pods' }),
+    clock,
+    serializeImagePulls: cfg.serializeImagePulls,
+    // A steady pod syncs on a runtime change or a wake-up it asked for, and every syncFrequency.
+    syncFrequencyMs: parseDuration(cfg.syncFrequency) || 60_000,
+    crashLoopBackOff: backoffPolicy({
+      reducedDecay: isFeatureEnabled(cfg, 'ReduceDefaultCrashLoopBackOffDecay'),
+      ...(cfg.crashLoopBackOff?.maxContainerRestartPeriod ? { maxContainerRestartPeriodMs: parseDuration(cfg.crashLoopBackOff.maxContainerRestartPeriod) } : {}),
+    }),
+    ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+    // Runtime pods another node's agent made are never removed, and reported on this Node.
+    nodeName: identity.nodeName,
+    metrics,
+    // Admission: sysctls (the safe set for this kernel plus allowedUnsafeSysctls, a bad entry
+    // is fatal as for the kubelet), AppArmor on this host, user namespaces.
+    admitHandlers: podAdmitHandlers({ kernelRelease: os.release(), allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [], appArmorEnabled: await hostAppArmorEnabled() }),
+  });
+  services.push({
+    name: 'pods',
+    start: async (signal) => {
+      await podRuntime.init();
+      pods.start(signal);
+      runtimeChanges.subscribe(() => pods.runtimeChanged());
+      runtimeEvents.start(signal);
+    },
+    stop: async () => {
+      await runtimeEvents.stop();
+      await pods.stop();
+    },
+  });
+
+  // The node's images and their garbage collection (the kubelet's image GC manager), standalone and connected.
+  // NODELET_TEST_IMAGE_GC_PERIOD (tests only, a Go duration) shortens the kubelet's 5 min period.
+  let gcPeriod: number | undefined;
+  try {
+    const text = ctx.env['NODELET_TEST_IMAGE_GC_PERIOD'];
+    if (text) gcPeriod = Math.max(100, parseDuration(text));
+  } catch (err) {
+    log.warn(`NODELET_TEST_IMAGE_GC_PERIOD ignored: ${errorMessage(err)}`);
+  }
+  const images = new ImageManager({
+    runtime: cri,
+    policy: imageGcPolicy(cfg, parseDuration),
+    rootDir: flags.rootDir,
+    clock,
+    logger: log.child({ component: 'image-gc' }),
+    events: mode.events,
+    nodeName: identity.nodeName,
+    ...(gcPeriod ? { gcPeriodMs: gcPeriod, listPeriodMs: gcPeriod } : {}),
+  });
+  services.push({ name: 'image-gc', start: (signal) => images.start(signal), stop: () => images.stop() });
+
+  // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
+  const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }), metrics });
+  services.push({ name: 'node-shutdown', start: (signal) => shutdown.start(signal), stop: () => shutdown.stop() });
+
+  // Container log rotation (containerLogMaxSize, containerLogMaxFiles), as the kubelet's log manager.
+  const logRotation = new ContainerLogManager({
+    runtime: cri,
+    limits: { maxSize: parseLogMaxSize(cfg.containerLogMaxSize), maxFiles: cfg.containerLogMaxFiles },
+    maxWorkers: cfg.containerLogMaxWorkers,
+    periodMs: parseDuration(cfg.containerLogMonitorInterval),
+    clock,
+    logger: log.child({ component: 'log-rotation' }),
+    linkDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
+  });
+  services.push({ name: 'log-rotation', start: (signal) => logRotation.start(signal), stop: () => logRotation.stop() });
+
+  // Pod sources: static files always; the control plane's pods for this node when connected.
+  // The desired set goes to the shutdown manager, which hands it on to the pod manager.
+  const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...mode.podSources], (list, allReady) => {
+    shutdown.setDesired(list);
+    if (allReady) pods.setSourcesReady();
+    o.onPodsChanged();
+  });
+  if (cfg.staticPodPath) {
+    const source = new StaticPodSource({
+      dir: cfg.staticPodPath,
+      // inotify wakes a rescan at once; the periodic one (what a watch can miss) runs every
+      // fileCheckFrequency (20 s) as the kubelet's, not every second (idle CPU with 110 pods).
+      rescanMs: parseDuration(cfg.fileCheckFrequency),
+      nodeName: identity.nodeName,
+      logger: log.child({ component: 'static-pods' }),
+      onChange: (list) => {
+        log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
+        sources.update('file', list);
+        mode.staticPodsChanged(list);
+      },
+    });
+    services.push({ name: 'static-pods', start: (signal) => source.start(signal), stop: () => source.stop() });
+  } else {
+    log.info('no staticPodPath: no static pods');
+  }
+  // Connected: the pod status writer, mirror pods, Node, Lease, events (standalone: none).
+  services.push(
+    ...mode.services({
+      sources,
+      pods: { podStatus: (uid) => shutdown.statusOf(uid, pods.podStatus(uid)), active: (uid) => pods.active(uid), onStatusChange: (fn) => void statusChanges.subscribe(fn) },
+      runtimeState: () => shutdown.runtimeState(rt.health.state()),
+      rootDir: flags.rootDir,
+      imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]),
+      images: () => images.images(),
+      podCIDR: (cidr) => void rt.podCidr.update(cidr),
+      onLeaseRenew: (ok) => metrics.leaseRenewed(ok),
+      onNodeShutdown: (reportNow) => shutdown.onShutdownStart(reportNow),
+    }),
+  );
+  return { pods, services };
+}

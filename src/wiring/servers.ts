@@ -1,0 +1,96 @@
+/**
+ * The node's servers, after everything they serve: the read-only port (plain HTTP: /pods,
+ * /healthz, metrics) when `readOnlyPort` is set, and the HTTPS server (serving certificate
+ * given or self-signed in --cert-dir; authentication and authorization; checkpoints, logs,
+ * exec/attach/port-forward, /run). Their modules load when they start.
+ */
+import { parseDuration } from '../config/duration.js';
+import type { HealthRegistry } from '../health/checks.js';
+import type { Service } from '../loop.js';
+import type { PodManager } from '../pods/manager.js';
+import { checkpointsEnabled, type ServerAuth } from '../server/from-config.js';
+import type { WiringContext } from './context.js';
+import type { RuntimeWiring } from './runtime.js';
+
+/** A service whose start builds it and returns its stop. */
+export function lazyService(name: string, start: () => Promise<() => Promise<void>>): Service {
+  let stop: (() => Promise<void>) | undefined;
+  return {
+    name,
+    start: async () => {
+      stop = await start();
+    },
+    stop: async () => {
+      await stop?.();
+    },
+  };
+}
+
+export function wireServers(ctx: WiringContext, rt: RuntimeWiring, o: { auth: ServerAuth; health: HealthRegistry; pods: PodManager }): Service[] {
+  const { cfg, flags, identity, clock, log } = ctx;
+  const { health, pods, auth } = o;
+  const services: Service[] = [];
+  if (cfg.readOnlyPort !== 0) {
+    services.push(
+      lazyService('read-only-server', async () => {
+        const { createReadOnlyServer } = await import('../server/https-server.js');
+        const server = createReadOnlyServer({ address: cfg.address, port: cfg.readOnlyPort, health, pods, observability: rt.observability, logger: log });
+        const a = await server.start();
+        log.info({ address: a.address, port: a.port }, `read-only server listening on http://${a.address}:${a.port} (/pods, /healthz)`);
+        return () => server.stop();
+      }),
+    );
+  }
+
+  services.push(
+    lazyService('https-server', async () => {
+      const [{ loadOrCreateServingCert }, { CheckpointService }, { createNodeServer }, { StreamingService }] = await Promise.all([
+        import('../server/tls.js'),
+        import('../checkpoint/service.js'),
+        import('../server/https-server.js'),
+        import('../server/streaming.js'),
+      ]);
+      const cert = await loadOrCreateServingCert({
+        ...(cfg.tlsCertFile ? { certFile: cfg.tlsCertFile } : {}),
+        ...(cfg.tlsPrivateKeyFile ? { keyFile: cfg.tlsPrivateKeyFile } : {}),
+        certDir: flags.certDir,
+        hostname: identity.nodeName,
+        ips: identity.ips,
+        logger: log,
+      });
+      const checkpoints = checkpointsEnabled(cfg)
+        ? new CheckpointService({
+            rootDir: flags.rootDir,
+            runtime: rt.cri,
+            pods,
+            runtimeRequestTimeoutMs: rt.requestTimeoutMs,
+            ...(flags.checkpointRetention !== undefined ? { retention: flags.checkpointRetention } : {}),
+            clock,
+            logger: log,
+          })
+        : undefined;
+      const server = createNodeServer({
+        address: cfg.address,
+        port: cfg.port,
+        tls: { cert: cert.cert, key: cert.key, ...(auth.clientCA !== undefined ? { clientCA: auth.clientCA } : {}) },
+        authenticator: auth.authenticator,
+        authorizer: auth.authorizer,
+        nodeName: identity.nodeName,
+        health,
+        pods,
+        ...(checkpoints ? { checkpoints } : {}),
+        ...(cfg.enableDebuggingHandlers ? { containerLogs: { podLogsDir: cfg.podLogsDir } } : {}),
+        ...(cfg.enableDebuggingHandlers ? { streaming: new StreamingService({ runtime: rt.cri, pods, idleTimeoutMs: parseDuration(cfg.streamingConnectionIdleTimeout), logger: log }) } : {}),
+        observability: rt.observability,
+        logger: log,
+      });
+      const a = await server.start();
+      log.info(
+        { address: a.address, port: a.port, certFile: cert.certFile, checkpoints: !!checkpoints, authorization: cfg.authorization.mode },
+        `HTTPS server listening on https://${a.address}:${a.port}${checkpoints ? ' (POST /checkpoint enabled)' : ''}`,
+      );
+      return () => server.stop();
+    }),
+  );
+  return services;
+}
