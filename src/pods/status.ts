@@ -115,6 +115,14 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
     };
   };
   const notReady = [...sidecarStatuses, ...appStatuses].filter((s) => !s.ready).map((s) => s.name);
+  // readinessGates: Ready also waits for each named condition, which others set on the pod
+  // through the API (the kubelet's GeneratePodReadyCondition and its messages).
+  const gatesUnready: string[] = [];
+  for (const g of pod.spec?.readinessGates ?? []) {
+    const c = pod.status?.conditions?.find((x) => x.type === g.conditionType);
+    if (!c) gatesUnready.push(`corresponding condition of pod readiness gate "${g.conditionType}" does not exist.`);
+    else if (c.status !== 'True') gatesUnready.push(`the status of pod readiness gate "${g.conditionType}" is not "True", but ${c.status}`);
+  }
   const startTime = inp.previous?.startTime ?? iso(now);
   // Terminated states' messages within the pod's 12 KiB, as the kubelet's status manager cuts them.
   return limitTerminationMessages(pod, {
@@ -122,10 +130,14 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
     conditions: [
       cond('PodReadyToStartContainers', !!sb?.ready),
       cond('Initialized', initialized, 'ContainersNotInitialized'),
-      cond('Ready', allReady, 'ContainersNotReady'),
+      cond('Ready', allReady && !gatesUnready.length, allReady ? 'ReadinessGatesNotReady' : 'ContainersNotReady'),
       cond('ContainersReady', allReady, 'ContainersNotReady'),
       cond('PodScheduled', true),
-    ].map((c) => (c.type === 'Ready' || c.type === 'ContainersReady') && c.status === 'False' ? { ...c, message: `containers with unready status: [${notReady.join(' ')}]` } : c),
+    ].map((c) =>
+      c.status === 'True' || (c.type !== 'Ready' && c.type !== 'ContainersReady')
+        ? c
+        : { ...c, message: allReady ? gatesUnready.join(', ') : `containers with unready status: [${notReady.join(' ')}]` },
+    ),
     ...(inp.hostIP ? { hostIP: inp.hostIP, hostIPs: [{ ip: inp.hostIP }] } : {}),
     ...podIPs(pod, sb?.ips, inp),
     startTime,

@@ -103,6 +103,35 @@ describe('connected mode on containerd', () => {
     await cluster.api.delete(PODS, { namespace: 'default', name: 'podinfo' });
   });
 
+  it('a readiness gate holds Ready False until its condition is patched True in the API', async () => {
+    await cluster.api.create<Pod>(PODS, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'gated', namespace: 'default' },
+      spec: {
+        nodeName: NODE_NAME,
+        hostNetwork: true,
+        terminationGracePeriodSeconds: 1,
+        readinessGates: [{ conditionType: 'example.com/lb-ready' }],
+        containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }],
+      },
+    });
+    const readyOf = (p: Pod | undefined) => p?.status?.conditions?.find((c) => c.type === 'Ready');
+    const held = await eventually(async () => {
+      const p = await getPod('gated');
+      return p?.status?.phase === 'Running' && readyOf(p)?.reason === 'ReadinessGatesNotReady' ? p : undefined;
+    }, 30_000);
+    expect(held.status!.conditions!.find((c) => c.type === 'ContainersReady')?.status).toBe('True');
+    await cluster.api.patch(PODS, { namespace: 'default', name: 'gated' }, { status: { conditions: [{ type: 'example.com/lb-ready', status: 'True' }] } }, { type: 'strategic', subresource: 'status' });
+    const opened = await eventually(async () => {
+      const p = await getPod('gated');
+      return readyOf(p)?.status === 'True' ? p : undefined;
+    }, 30_000);
+    // The gate's condition, set by another writer, is kept beside nodelet's own.
+    expect(opened.status!.conditions!.find((c) => c.type === 'example.com/lb-ready')?.status).toBe('True');
+    await cluster.api.delete(PODS, { namespace: 'default', name: 'gated' });
+  });
+
   it('a static pod on containerd has a mirror pod in the API with its status', async () => {
     node.writeManifest('mirrored.yaml', busyboxPod('mirrored', 'sleep 3600'));
     const mirror = await eventually(async () => {
