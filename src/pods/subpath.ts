@@ -37,6 +37,29 @@ export interface Mounter {
   unmount(target: string): Promise<void>;
   /** Every mount point of nodelet's mount namespace, as absolute paths. */
   mountPoints(): Promise<string[]>;
+  /**
+   * Mounts a tmpfs on `target` (mode 0777), of at most `sizeBytes` when given (else the
+   * kernel's default, half of RAM), with MEMORY_VOLUME_SOURCE as its source.
+   */
+  tmpfs?(target: string, sizeBytes?: number): Promise<void>;
+  /** The mount points of the tmpfs mounts `tmpfs` made (their source is MEMORY_VOLUME_SOURCE). */
+  memoryVolumes?(): Promise<string[]>;
+}
+
+/** The source of the tmpfs mounts nodelet makes for Memory emptyDirs: how they are told from a mount a container made. */
+export const MEMORY_VOLUME_SOURCE = 'nodelet-memory-volume';
+
+/** The mount points of a mountinfo text whose filesystem is a tmpfs of source `source`. */
+export function tmpfsMountsOf(text: string, source: string): string[] {
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    const [head, tail] = line.split(' - ');
+    const f = head?.split(' ') ?? [];
+    const t = tail?.split(' ') ?? [];
+    if (f.length < 5 || t[0] !== 'tmpfs' || t[1] !== source) continue;
+    out.push(f[4]!.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8))));
+  }
+  return out;
 }
 
 /** The mount points of a `/proc/<pid>/mountinfo` text (field 5, octal escapes decoded). */
@@ -73,6 +96,8 @@ export const hostMounter: Mounter = {
     }
   },
   mountPoints: async () => parseMountInfo(await fsp.readFile('/proc/self/mountinfo', 'utf8')),
+  tmpfs: (target, sizeBytes) => run('mount', ['--no-canonicalize', '-t', 'tmpfs', '-o', `mode=0777${sizeBytes !== undefined ? `,size=${sizeBytes}` : ''}`, MEMORY_VOLUME_SOURCE, target]),
+  memoryVolumes: async () => tmpfsMountsOf(await fsp.readFile('/proc/self/mountinfo', 'utf8'), MEMORY_VOLUME_SOURCE),
 };
 
 /**

@@ -82,16 +82,36 @@ async function hostPathReady(volume: string, p: string, type: string | undefined
   if (!check.test(st)) throw fail(`${p} is not ${check.what}`);
 }
 
-async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q: string | number) => number): Promise<string> {
+/**
+ * An emptyDir with `medium: Memory` is a tmpfs, as the kubelet mounts it (with the
+ * SizeMemoryBackedVolumes gate, on by default): the smaller of `sizeLimit` and the pod's
+ * memory limit (every app container's limits.memory, summed, when each has one), else the
+ * kernel's default (half of RAM; the kubelet caps it at the node's allocatable memory). Mounted
+ * once per volume: a start that finds it mounted leaves it.
+ */
+async function mountMemoryVolume(pod: Pod, v: Volume, dir: string, quantity: (q: string | number) => number, mounter: Mounter): Promise<void> {
+  if ((await mounter.mountPoints()).includes(path.resolve(dir))) return;
+  if (!mounter.tmpfs) throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": emptyDir medium Memory needs a mounter that mounts tmpfs`, REASON);
+  const limits = (pod.spec?.containers ?? []).map((c) => c.resources?.limits?.memory);
+  const podLimit = limits.length && limits.every((l) => l !== undefined) ? limits.reduce((sum: number, l) => sum + quantity(l!), 0) : undefined;
+  // As the kubelet's calculateEmptyDirMemorySize: the smallest of what is set (a sizeLimit of 0 counts as unset).
+  const sizeLimit = v.emptyDir?.sizeLimit !== undefined ? quantity(v.emptyDir.sizeLimit) : undefined;
+  const sizes = [podLimit, sizeLimit].filter((x): x is number => x !== undefined && x > 0);
+  await mounter.tmpfs(dir, sizes.length ? Math.ceil(Math.min(...sizes)) : undefined);
+}
+
+async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q: string | number) => number, mounter: Mounter): Promise<string> {
   if (!isDnsLabel(v.name)) throw new NodeletError('INVALID_ARGUMENT', `volume ${JSON.stringify(v.name)}: not a valid volume name (a DNS-1123 label)`, REASON);
   if (v.hostPath) {
     await hostPathReady(v.name, v.hostPath.path, v.hostPath.type);
     return v.hostPath.path;
   }
   if (v.emptyDir) {
-    if (v.emptyDir.medium === 'Memory') throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": emptyDir medium Memory is not supported by nodelet`, REASON);
+    const medium = v.emptyDir.medium ?? '';
+    if (medium !== '' && medium !== 'Memory') throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": emptyDir medium ${JSON.stringify(medium)} is not supported by nodelet (the node's disk, or Memory)`, REASON);
     const dir = emptyDirPath(rootDir, pod.metadata?.uid ?? '', v.name);
     await fs.mkdir(dir, { recursive: true });
+    if (medium === 'Memory') await mountMemoryVolume(pod, v, dir, quantity, mounter);
     const fsGroup = pod.spec?.securityContext?.fsGroup;
     // as the kubelet: any user of the pod may write; with an fsGroup, the group owns it (setgid: new files too)
     if (fsGroup === undefined || (await needsOwnership(dir, fsGroup))) await fs.chmod(dir, 0o777);
@@ -140,7 +160,7 @@ export async function containerMounts(pod: Pod, container: Container, rootDir: s
     const v = volumes.get(vm.name);
     if (!v) throw refuse(`the pod has no volume named ${JSON.stringify(vm.name)}`);
     if (typeof vm.mountPath !== 'string' || !path.isAbsolute(vm.mountPath)) throw refuse(`mountPath ${JSON.stringify(vm.mountPath)} must be an absolute path`);
-    let host = await volumeHostPath(pod, v, rootDir, o.quantity ?? ((q) => parseQuantity(String(q)).value));
+    let host = await volumeHostPath(pod, v, rootDir, o.quantity ?? ((q) => parseQuantity(String(q)).value), o.mounter ?? hostMounter);
     if (vm.subPath && vm.subPathExpr) throw refuse('subPath and subPathExpr are mutually exclusive');
     // As the kubelet: subPathExpr is expanded from the container's environment; an empty result is the whole volume.
     const sub = vm.subPath || (vm.subPathExpr ? expandSubPath(vm.subPathExpr, o.env, refuse) : '');
@@ -167,6 +187,10 @@ export async function removePodDir(rootDir: string, uid: string, mounter: Mounte
   if (!isPodUid(uid)) return; // never a path outside <root-dir>/pods
   const dir = podDir(rootDir, uid);
   await unmountUnder(path.join(dir, 'volume-subpaths'), mounter);
+  // Memory-backed emptyDirs are tmpfs mounts nodelet made (told by their source): unmounted,
+  // so that the walk below may remove their directories. Any other mount stops the walk.
+  const volumes = path.join(dir, 'volumes') + path.sep;
+  for (const m of (await mounter.memoryVolumes?.()) ?? []) if (m.startsWith(volumes)) await mounter.unmount(m);
   await removeTree(dir, mounter);
 }
 

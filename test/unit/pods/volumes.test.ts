@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Container, Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
-import { parseMountInfo, subPathComponents, type Mounter } from '../../../src/pods/subpath.js';
+import { parseMountInfo, subPathComponents, type Mounter, MEMORY_VOLUME_SOURCE, tmpfsMountsOf } from '../../../src/pods/subpath.js';
 import { containerMounts, emptyDirPath, podDir, removePodDir, removePodLogDirs } from '../../../src/pods/volumes.js';
 import { rejection } from '../../helpers/errors.js';
 
@@ -46,6 +46,15 @@ class FakeMounter implements Mounter {
   async mountPoints() {
     return [...this.points];
   }
+  async tmpfs(target: string, size?: number) {
+    this.points.push(target);
+    this.tmpfsPoints.push(target);
+    this.calls.push(`tmpfs ${target}${size === undefined ? '' : ` size=${size}`}`);
+  }
+  readonly tmpfsPoints: string[] = [];
+  async memoryVolumes() {
+    return this.tmpfsPoints.filter((p) => this.points.includes(p));
+  }
 }
 
 const uidSeq = (() => {
@@ -53,6 +62,18 @@ const uidSeq = (() => {
   return () => `uid-${++n}`;
 })();
 const podU = (uid: string, volumes: Volume[]): Pod => ({ metadata: { name: 'p', namespace: 'default', uid }, spec: { volumes, containers: [] } });
+
+describe('tmpfsMountsOf', () => {
+  it("finds the tmpfs mounts of one source in a mountinfo text, escapes decoded; a container's own mounts are not it", () => {
+    const text = [
+      '36 25 0:45 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache rw,relatime shared:20 - tmpfs nodelet-memory-volume rw,size=16384k,mode=777',
+      '37 25 0:46 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/with\\040space rw - tmpfs nodelet-memory-volume rw',
+      '38 36 0:47 / /var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache/inner rw - tmpfs tmpfs rw',
+      '39 25 8:1 / /data rw - ext4 /dev/sda1 rw',
+    ].join('\n');
+    expect(tmpfsMountsOf(text, MEMORY_VOLUME_SOURCE)).toEqual(['/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache', '/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/with space']);
+  });
+});
 
 describe('containerMounts', () => {
   it('hostPath and emptyDir become CRI mounts with readOnly, subPath and propagation; emptyDir lives under the pod dir, writable by all', async () => {
@@ -124,11 +145,39 @@ describe('containerMounts', () => {
     }
   });
 
-  it('refuses, naming the volume: a mount of no volume, volume types it cannot set up, Memory emptyDir, an escaping subPath', async () => {
+  it("a Memory emptyDir is a tmpfs of the smaller of sizeLimit and the pod's memory limit, mounted once, unmounted before the pod's directory goes", async () => {
+    const mounter = new FakeMounter();
+    const uid = uidSeq();
+    const p = (volumes: Volume[], limits: (string | undefined)[]): Pod => ({
+      metadata: { name: 'p', namespace: 'default', uid },
+      spec: { volumes, containers: limits.map((l, i) => ({ name: `c${i}`, image: 'busybox', ...(l ? { resources: { limits: { memory: l } } } : {}) })) },
+    });
+    const mem = (sizeLimit?: string): Volume => ({ name: 'm', emptyDir: { medium: 'Memory', ...(sizeLimit ? { sizeLimit } : {}) } });
+    const dir = path.join(root, 'pods', uid, 'volumes', 'kubernetes.io~empty-dir', 'm');
+    const [m] = await containerMounts(p([mem('64Mi')], ['128Mi', '128Mi']), ctr([{ name: 'm', mountPath: '/m' }]), root, { mounter });
+    expect(m!.hostPath).toBe(dir);
+    // Mounted: the next container of the pod finds it and mounts nothing.
+    await containerMounts(p([mem('64Mi')], ['128Mi', '128Mi']), ctr([{ name: 'm', mountPath: '/m' }]), root, { mounter });
+    expect(mounter.calls).toEqual([`tmpfs ${dir} size=67108864`]);
+    await removePodDir(root, uid, mounter);
+    expect(mounter.calls).toEqual([`tmpfs ${dir} size=67108864`, `umount ${dir}`]);
+    expect(fs.existsSync(dir)).toBe(false);
+    // No sizeLimit: the pod's limit (both containers have one); a container without one: the kernel's default.
+    const sizes: string[] = [];
+    for (const [v, limits] of [[mem(), ['100Mi', '28Mi']], [mem('1Gi'), ['100Mi', '28Mi']], [mem(), ['100Mi', undefined]]] as const) {
+      const mm = new FakeMounter();
+      await containerMounts(p([v], [...limits]), ctr([{ name: 'm', mountPath: '/m' }]), root, { mounter: mm });
+      sizes.push(mm.calls[0]!.replace(`tmpfs ${dir}`, '').trim() || 'default');
+      await removePodDir(root, uid, mm);
+    }
+    expect(sizes).toEqual(['size=134217728', 'size=134217728', 'default']);
+  });
+
+  it('refuses, naming the volume: a mount of no volume, volume types it cannot set up, HugePages emptyDir, an escaping subPath', async () => {
     const refuse = async (volumes: Volume[], mounts: Container['volumeMounts']) => (await rejection(containerMounts(pod(volumes), ctr(mounts), root))).message;
     expect(await refuse([], [{ name: 'x', mountPath: '/x' }])).toBe('volumeMount "x" of container app: the pod has no volume named "x"');
     expect(await refuse([{ name: 'cfg', configMap: { name: 'app-config' } }], [{ name: 'cfg', mountPath: '/cfg' }])).toBe('volume "cfg": type configMap is not supported by nodelet (hostPath, emptyDir, downwardAPI and projected downwardAPI are)');
-    expect(await refuse([{ name: 'm', emptyDir: { medium: 'Memory' } }], [{ name: 'm', mountPath: '/m' }])).toBe('volume "m": emptyDir medium Memory is not supported by nodelet');
+    expect(await refuse([{ name: 'm', emptyDir: { medium: 'HugePages-2Mi' } }], [{ name: 'm', mountPath: '/m' }])).toBe('volume "m": emptyDir medium "HugePages-2Mi" is not supported by nodelet (the node\'s disk, or Memory)');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: '../../etc' }])).toBe('volumeMount "e" of container app: subPath "../../etc" must not contain a ".." element');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: 'e' }])).toBe('volumeMount "e" of container app: mountPath "e" must be an absolute path');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: 'a', subPathExpr: 'b' }])).toBe('volumeMount "e" of container app: subPath and subPathExpr are mutually exclusive');
