@@ -12,12 +12,13 @@
  * `Unhealthy` event. A changed result wakes the pod's worker through `onChange`.
  *
  * One scheduler turn (`tick`) runs the probes that are due, each worker at most one at a
- * time, so a slow probe never delays another. `grpc` probes are not run: they count as
- * failures with a message saying so (see README).
+ * time, so a slow probe never delays another. `grpc` probes call grpc.health.v1.Health/Check
+ * (grpc-probe.ts).
  */
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import { grpcProbe } from './grpc-probe.js';
 import type { Container, Pod, Probe } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { errorMessage } from '../errors.js';
@@ -73,8 +74,8 @@ export async function runProbe(probe: Probe, t: ProbeTarget, exec: ExecFn): Prom
       if (!port) return { ok: false, output: `tcpSocket port ${JSON.stringify(probe.tcpSocket.port)} is not a number nor a port of the container` };
       return await tcpProbe(probe.tcpSocket.host || t.host, port, timeoutSec * 1000);
     }
-    if (probe.grpc) return { ok: false, output: 'grpc probes are not supported by nodelet' };
-    return { ok: false, output: 'the probe has no handler (exec, httpGet or tcpSocket)' };
+    if (probe.grpc) return await grpcProbe(t.host, probe.grpc.port, probe.grpc.service ?? '', timeoutSec * 1000);
+    return { ok: false, output: 'the probe has no handler (exec, httpGet, tcpSocket or grpc)' };
   } catch (err) {
     return { ok: false, output: errorMessage(err) };
   }

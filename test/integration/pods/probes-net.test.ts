@@ -1,5 +1,5 @@
 /**
- * Network probes (httpGet, tcpSocket) against a real HTTP server on 127.0.0.1: status
+ * Network probes (httpGet, tcpSocket, grpc) against real HTTP and gRPC (grpc-js) servers on 127.0.0.1: status
  * codes, headers, named ports, a refused connection, and the probe's timeout against a
  * server that answers late. Real sockets and a real deadline (runProbe's timeout is the
  * socket's own, not a Clock's): integration tests by nature, moved from the unit project.
@@ -9,6 +9,8 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { Probe } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as grpc from '@grpc/grpc-js';
+import { healthCheckRequest } from '../../../src/pods/grpc-probe.js';
 import { runProbe } from '../../../src/pods/probes.js';
 import { execAnswer as exec, probeContainer as container, probeTarget as target } from '../../fakes/probe-exec.js';
 
@@ -47,9 +49,53 @@ describe('runProbe over the network', () => {
     expect(await get('/', { port: 'nope' })).toEqual({ ok: false, output: 'httpGet port "nope" is not a number nor a port of the container' });
   });
 
-  it('tcpSocket: a listening port succeeds, a closed one fails; grpc is refused with a reason', async () => {
+  it('tcpSocket: a listening port succeeds, a closed one fails', async () => {
     expect(await runProbe({ tcpSocket: { port } }, target(), exec(0))).toEqual({ ok: true, output: '' });
     expect((await runProbe({ tcpSocket: { port: closedPort } }, target(), exec(0))).output).toMatch(new RegExp(`^dial tcp 127.0.0.1:${closedPort}: connect ECONNREFUSED`));
-    expect(await runProbe({ grpc: { port: 1 } }, target(), exec(0))).toEqual({ ok: false, output: 'grpc probes are not supported by nodelet' });
+  });
+
+  it("grpc: grpc.health.v1.Health/Check against grpc-js's server: SERVING succeeds, anything else fails with the kubelet's messages", async () => {
+    // A real gRPC server (grpc-js) with the health service, answering per requested service name.
+    const statuses: Record<string, number> = { '': 1, web: 2 };
+    const seen: string[] = [];
+    const server = new grpc.Server();
+    const health = {
+      Check: {
+        path: '/grpc.health.v1.Health/Check',
+        requestStream: false,
+        responseStream: false,
+        // HealthCheckRequest{service=1}: the raw bytes, read back with the probe's own encoder as the reference.
+        requestDeserialize: (b: Buffer) => ({ service: b.length ? b.subarray(2).toString() : '' }),
+        requestSerialize: (r: { service: string }) => healthCheckRequest(r.service).subarray(5),
+        responseSerialize: (r: { status: number }) => (r.status ? Buffer.from([0x08, r.status]) : Buffer.alloc(0)),
+        responseDeserialize: (b: Buffer) => ({ status: b[1] ?? 0 }),
+      },
+    } as unknown as grpc.ServiceDefinition;
+    server.addService(health, {
+      Check: (call: grpc.ServerUnaryCall<{ service: string }, { status: number }>, cb: grpc.sendUnaryData<{ status: number }>) => {
+        const name = call.request.service;
+        seen.push(name);
+        if (name === 'slow') return void setTimeout(() => cb(null, { status: 1 }), 3000);
+        if (!(name in statuses)) return cb({ code: grpc.status.NOT_FOUND, details: 'unknown service' });
+        cb(null, { status: statuses[name]! });
+      },
+    });
+    const gport = await new Promise<number>((res, rej) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
+    try {
+      const probe = (service?: string, p = gport) => runProbe({ grpc: { port: p, ...(service !== undefined ? { service } : {}) }, timeoutSeconds: 1 }, target(), exec(0));
+      expect(await probe()).toEqual({ ok: true, output: 'service healthy' });
+      expect(await probe('web')).toEqual({ ok: false, output: 'service unhealthy (responded with "NOT_SERVING")' });
+      expect(await probe('db')).toEqual({ ok: false, output: 'error: health rpc probe failed: rpc error: code = 5 desc = unknown service' });
+      expect(await probe('slow')).toEqual({ ok: false, output: 'timeout: health rpc did not complete within 1s' });
+      expect((await probe('', closedPort)).output).toMatch(new RegExp(`^timeout: failed to connect service "127.0.0.1:${closedPort}" within 1s: connect ECONNREFUSED`));
+      expect(seen).toEqual(['', 'web', 'db', 'slow']);
+      // A server without the health service: the kubelet's message for it.
+      const bare = new grpc.Server();
+      const bport = await new Promise<number>((res, rej) => bare.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
+      expect((await probe('', bport)).output).toMatch(/^this server does not implement the grpc health protocol \(grpc.health.v1.Health\)/);
+      bare.forceShutdown();
+    } finally {
+      server.forceShutdown();
+    }
   });
 });
