@@ -91,15 +91,24 @@ export function expand(input: string, vars: ReadonlyMap<string, string>, limit =
 
 const LABEL_OR_ANNOTATION = /^metadata\.(labels|annotations)\['(.+)'\]$/;
 
-function fieldValue(pod: Pod, fieldPath: string, ctx: EnvContext, env: string): string {
+/**
+ * The downward API's pod metadata fields, for env and volumes alike: `metadata.name`,
+ * `.namespace`, `.uid`, and one label or annotation by key (`metadata.labels['app']`);
+ * undefined for another path.
+ */
+export function podMetadataField(pod: Pod, fieldPath: string): string | undefined {
   const m = pod.metadata ?? {};
+  if (fieldPath === 'metadata.name') return m.name ?? '';
+  if (fieldPath === 'metadata.namespace') return m.namespace ?? 'default';
+  if (fieldPath === 'metadata.uid') return m.uid ?? '';
+  const lm = LABEL_OR_ANNOTATION.exec(fieldPath);
+  return lm ? ((lm[1] === 'labels' ? m.labels : m.annotations)?.[lm[2]!] ?? '') : undefined;
+}
+
+function fieldValue(pod: Pod, fieldPath: string, ctx: EnvContext, env: string): string {
+  const meta = podMetadataField(pod, fieldPath);
+  if (meta !== undefined) return meta;
   switch (fieldPath) {
-    case 'metadata.name':
-      return m.name ?? '';
-    case 'metadata.namespace':
-      return m.namespace ?? 'default';
-    case 'metadata.uid':
-      return m.uid ?? '';
     case 'spec.nodeName':
       return pod.spec?.nodeName ?? ctx.nodeName ?? '';
     case 'spec.serviceAccountName':
@@ -112,8 +121,6 @@ function fieldValue(pod: Pod, fieldPath: string, ctx: EnvContext, env: string): 
     case 'status.podIPs':
       return (ctx.podIPs ?? (ctx.podIP ? [ctx.podIP] : [])).join(',');
   }
-  const lm = LABEL_OR_ANNOTATION.exec(fieldPath);
-  if (lm) return (lm[1] === 'labels' ? m.labels : m.annotations)?.[lm[2]!] ?? '';
   throw new NodeletError('INVALID_ARGUMENT', `env ${env}: fieldRef.fieldPath ${JSON.stringify(fieldPath)} is not supported`, REASON);
 }
 

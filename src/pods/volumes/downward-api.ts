@@ -9,11 +9,10 @@
  */
 import type { DownwardAPIVolumeFile, Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../errors.js';
-import { resourceFieldValue } from '../env.js';
+import { podMetadataField, resourceFieldValue } from '../env.js';
 import type { FileProjection } from './atomic-writer.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
-const SUBSCRIPT = /^metadata\.(labels|annotations)\['(.+)'\]$/;
 /** Go's unicode.IsPrint: letters, marks, numbers, punctuation, symbols and the ASCII space. */
 const PRINTABLE = /^[\p{L}\p{M}\p{N}\p{P}\p{S} ]$/u;
 
@@ -48,21 +47,11 @@ export function formatMap(m: Record<string, string> | undefined): string {
 }
 
 function fieldValue(pod: Pod, fieldPath: string, where: string): string {
-  const m = pod.metadata ?? {};
-  switch (fieldPath) {
-    case 'metadata.name':
-      return m.name ?? '';
-    case 'metadata.namespace':
-      return m.namespace ?? 'default';
-    case 'metadata.uid':
-      return m.uid ?? '';
-    case 'metadata.labels':
-      return formatMap(m.labels);
-    case 'metadata.annotations':
-      return formatMap(m.annotations);
-  }
-  const s = SUBSCRIPT.exec(fieldPath);
-  if (s) return (s[1] === 'labels' ? m.labels : m.annotations)?.[s[2]!] ?? '';
+  // Whole maps are files of their own (FormatMap); the rest is the downward API's metadata, as in env.
+  if (fieldPath === 'metadata.labels') return formatMap(pod.metadata?.labels);
+  if (fieldPath === 'metadata.annotations') return formatMap(pod.metadata?.annotations);
+  const v = podMetadataField(pod, fieldPath);
+  if (v !== undefined) return v;
   throw new NodeletError('INVALID_ARGUMENT', `${where}: fieldRef.fieldPath ${JSON.stringify(fieldPath)} is not supported in a downwardAPI volume (metadata.name, namespace, uid, labels, annotations)`, REASON);
 }
 
