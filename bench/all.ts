@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const BENCHES = ['config-dropins', 'startup', 'static-start', 'api-pod-start', 'status-latency', 'footprint', 'exec-stream', 'watch-burst', 'checkpoint'] as const;
+export const BENCHES = ['config-dropins', 'startup', 'static-start', 'api-pod-start', 'status-latency', 'footprint', 'exec-stream', 'watch-burst', 'checkpoint', 'log-throughput'] as const;
 
 function main(): void {
   const here = path.dirname(fileURLToPath(import.meta.url));

@@ -80,7 +80,43 @@ const NL = 0x0a;
 const CR = 0x0d;
 const SP = 0x20;
 const EMPTY: Buffer = Buffer.alloc(0);
-const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+/**
+ * A record's time as the runtime writes it (Go's RFC3339Nano: at most 9 digits of fraction),
+ * with the field ranges Go's time.Parse checks (the kubelet skips a record it cannot parse):
+ * its date and time of day to the second, then the fraction and zone. No space in it, so it
+ * ends at the record's first space. Every time it admits is one Date.parse reads.
+ */
+const SECOND = String.raw`\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d`;
+const SECOND_LENGTH = 'YYYY-MM-DDTHH:MM:SS'.length;
+const AFTER_SECOND = String.raw`(?:\.\d{1,9})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)`;
+const RFC3339 = new RegExp(`^${SECOND}${AFTER_SECOND}$`);
+/** What may follow the first tag (runtimes write `F` and `P` alone; more tags would follow a `:`). */
+const TAGS_MORE = 64;
+const MORE_TAGS = String.raw`(?::[^ \n]{0,${TAGS_MORE}})?`;
+/** After the time: stream, then tags (the first F resp. P), ended by the space before the text or by the record's end (`\n`, `\r\n`). */
+const AFTER_TIME = (tag: 'F' | 'P') => String.raw` std(?:out|err) ${tag}${MORE_TAGS}(?: |(?=\r?\n))`;
+/**
+ * A record's head up to its text, tested at the record's first byte (sticky): what
+ * parseRecordHead accepts, as regular expressions. At most 110 chars (HEAD_MAX holds it).
+ * CriLogLines runs one or two per record when it reads records one by one; the REST_ ones
+ * from the time's SECOND_LENGTH-th char, for a record whose second is the one checked last
+ * (most records: the runtime writes many a second).
+ */
+const HEAD_F = new RegExp(SECOND + AFTER_SECOND + AFTER_TIME('F'), 'y');
+const HEAD_P = new RegExp(SECOND + AFTER_SECOND + AFTER_TIME('P'), 'y');
+const REST_F = new RegExp(AFTER_SECOND + AFTER_TIME('F'), 'y');
+const REST_P = new RegExp(AFTER_SECOND + AFTER_TIME('P'), 'y');
+/** A record's text: up to its newline, but for one `\r` right before it. */
+const TEXT = String.raw`[^\r\n]*(?:\r+[^\r\n]+)*(?:\r(?=\r))*`;
+/**
+ * Every record of a run of whole records, matched one after another (global and sticky),
+ * for `replace(LINES, '$1$2$3')`: an F record becomes its text and a newline, a P record
+ * its text, what is not a record nothing. One call turns a chunk's records into what a
+ * client gets, with no JavaScript per record (CriLogLines, without timestamps or since).
+ */
+const LINES = new RegExp(String.raw`${SECOND}${AFTER_SECOND} std(?:out|err) (?:F${MORE_TAGS}(?: (${TEXT}))?\r?(\n)|P${MORE_TAGS}(?: (${TEXT}))?\r?\n)|[^\n]*\n`, 'gy');
+/** LINES with timestamps, for a run without P records: an F record becomes its time, a space, its text and a newline. */
+const STAMPED_LINES = new RegExp(String.raw`(${SECOND}${AFTER_SECOND} )std(?:out|err) F${MORE_TAGS}(?: (${TEXT}))?\r?(\n)|[^\n]*\n`, 'gy');
 
 interface RecordHead {
   ts: string;
@@ -113,7 +149,8 @@ export function parseRecordHead(b: Buffer, whole: boolean): RecordHead | 'more' 
     if (!whole) return more();
     sp3 = b.length;
   }
-  if (sp3 > HEAD_MAX) return undefined;
+  // The tags: the first, then at most TAGS_MORE chars after a `:` (HEAD_F's MORE_TAGS).
+  if (sp3 > HEAD_MAX || sp3 - sp2 - 1 > 2 + TAGS_MORE) return undefined;
   const ts = b.toString('latin1', 0, sp1);
   const stream = b.toString('latin1', sp1 + 1, sp2);
   const tag = b.toString('latin1', sp2 + 1, sp3).split(':')[0];
@@ -348,58 +385,313 @@ export async function openLog(target: LogTarget, container: string): Promise<fsp
   }
 }
 
-/** Writes the pieces of lines to the client: timestamps, the `since` filter, the byte budget. */
-class LineWriter {
-  #budget: number;
-  /** The current line is filtered out by `since`. */
-  #skipping = false;
+/** A string of its own, for a slice of a big one (V8 keeps the whole of what a slice is cut from). */
+function own(s: string): string {
+  return s.length === 0 ? s : Buffer.from(s, 'latin1').toString('latin1');
+}
 
-  constructor(
-    private readonly o: LogOptions,
-    private readonly write: (chunk: Buffer) => void | Promise<void>,
-  ) {
+/** `\n` fed at the end of the input: the last record ends there, with or without its newline. */
+const END_OF_INPUT: Buffer = Buffer.from('\n');
+
+/**
+ * What `kubectl logs` gets from the bytes of a CRI log: the text of each line (P records
+ * joined up to their F), each ended by a newline; with `timestamps`, its first record's time
+ * and a space before it; a line whose first record is older than `since` left out; at most
+ * `limitBytes` bytes in all. The records and lines of CriLogDecoder (what is not a record is
+ * skipped, `\r\n` ends a record like `\n`, a line still open at the end of the input ends
+ * there), fed the log's chunks in order and holding at most a partial record head
+ * (HEAD_MAX bytes) between them, never a record or a line, however long.
+ *
+ * Made for throughput: nodelet runs in V8's interpreter (the entry point's flags, README),
+ * where every JavaScript operation per record counts and built-in functions run at native
+ * speed. So a chunk is read as one latin1 string (one char per byte: nothing decoded, nothing
+ * lost); its whole records go through one `replace` with a regular expression (LINES) when
+ * neither since nor (with P records) timestamps need them one by one, else a few built-in
+ * calls each (indexOf, a sticky regular expression for the head, slice); what a chunk makes
+ * goes out as one Buffer. A tenth of the CPU a record cost when decoded into pieces and
+ * joined (CriLogDecoder and the writer before it; BENCHMARKS.md, `kubectl logs` throughput);
+ * most of what is left is V8's regular-expression interpreter (`--regexp-interpret-all`).
+ */
+export class CriLogLines {
+  #budget: number;
+  readonly #timestamps: boolean;
+  readonly #since: number | undefined;
+  /** At a record's start, in the text of an accepted record, or skipping what is not a record up to its newline. */
+  #state: 'head' | 'text' | 'skip' = 'head';
+  /** The start of a record whose head the chunk ended in: at most HEAD_MAX chars, read again with the next chunk. */
+  #carry = '';
+  /** The record whose text is being read ends its line (an F). */
+  #final = false;
+  /** A `\r` ended the last chunk inside a text: text unless a `\n` comes next. */
+  #pendingCR = false;
+  /** The date and time to the second of the last record whose time was checked whole. */
+  #second = '\n';
+  /** The second of the last UTC time #before parsed (never matched before one: no record holds a newline), and its ms. */
+  #sinceSecond = '\n';
+  #sinceSecondMs = 0;
+  /** A line has begun and its F has not come yet. */
+  #open = false;
+  /** The open line is older than `since`: its text is left out. */
+  #dropped = false;
+
+  constructor(o: Pick<LogOptions, 'timestamps' | 'since' | 'limitBytes'>) {
     this.#budget = o.limitBytes ?? Infinity;
+    this.#timestamps = o.timestamps;
+    this.#since = o.since;
+  }
+
+  /** limitBytes is spent: the answer is complete, nothing more comes out. */
+  get done(): boolean {
+    return this.#budget <= 0;
+  }
+
+  /** The output the next bytes of the log complete (often empty for a few bytes). */
+  push(chunk: Buffer): Buffer {
+    if (this.done) return EMPTY;
+    const parts: string[] = [];
+    this.#feed(chunk, parts);
+    // What is kept for the next chunk are views into this one's string: kept as copies of
+    // their own few bytes instead, so a follower between polls holds no chunk.
+    this.#carry = own(this.#carry);
+    this.#second = own(this.#second);
+    this.#sinceSecond = own(this.#sinceSecond);
+    return this.#out(parts);
+  }
+
+  /** The end of the input (the file, when nothing more will come): a record or a line left open ends there. */
+  finish(): Buffer {
+    if (this.done) return EMPTY;
+    const parts: string[] = [];
+    this.#feed(END_OF_INPUT, parts);
+    if (this.#open && !this.#dropped) parts.push('\n');
+    this.reset();
+    return this.#out(parts);
+  }
+
+  /** Forgets the input read so far (the file was truncated under a follower); limitBytes stays spent as it is. */
+  reset(): void {
+    this.#state = 'head';
+    this.#carry = '';
+    this.#pendingCR = false;
+    this.#open = false;
+    this.#dropped = false;
+  }
+
+  #out(parts: string[]): Buffer {
+    if (parts.length === 0) return EMPTY;
+    let text = parts.length === 1 ? parts[0]! : parts.join('');
+    if (text.length > this.#budget) text = text.slice(0, this.#budget);
+    this.#budget -= text.length;
+    return Buffer.from(text, 'latin1');
+  }
+
+  #feed(chunk: Buffer, parts: string[]): void {
+    const s = this.#carry + chunk.toString('latin1');
+    this.#carry = '';
+    const n = s.length;
+    let i = 0;
+    if (this.#state !== 'head') {
+      // The rest of a record begun in an earlier chunk.
+      const nl = s.indexOf('\n');
+      if (this.#state === 'text') this.#text(parts, s, 0, nl < 0 ? n : nl, nl >= 0);
+      if (nl < 0) return;
+      this.#state = 'head';
+      i = nl + 1;
+    }
+    const last = s.lastIndexOf('\n');
+    if (last >= i) i = this.#whole(parts, s, i, last + 1);
+    if (i >= n) return;
+    // A record the chunk ends in: its head decided now (its text so far goes out), or carried
+    // to the next chunk while it may still become one, or skipped when it cannot.
+    const head = this.#head(s, i);
+    if (head !== 0) {
+      if (!this.#open) {
+        this.#open = true;
+        this.#dropped = this.#begin(parts, s, i);
+      }
+      this.#final = head > 0;
+      this.#state = 'text';
+      this.#text(parts, s, Math.abs(head), n, false);
+    } else if (n - i <= HEAD_MAX) this.#carry = s.slice(i);
+    else this.#state = 'skip';
   }
 
   /**
-   * Writes the pieces, as one write (what one chunk read makes: a few hundred lines of a
-   * 64 KiB chunk are one write, not three each); false once limitBytes is spent (the answer
-   * is complete).
+   * The whole records `[i, end)` of `s` (`end` follows a newline), at a record's start;
+   * returns `end`. Without timestamps or since, and with timestamps when no line is open and
+   * no P record is among them, one `replace` does them all; otherwise one by one.
    */
-  async pieces(pieces: readonly LogPiece[]): Promise<boolean> {
-    const parts: Buffer[] = [];
-    let more = true;
-    for (const p of pieces) {
-      if (p.first) this.#skipping = this.o.since !== undefined && p.lineMs < this.o.since;
-      if (this.#skipping) continue;
-      if (p.first && this.o.timestamps && !(more = this.#take(parts, Buffer.from(`${p.lineTs} `)))) break;
-      if (p.text.length > 0 && !(more = this.#take(parts, p.text))) break;
-      if (p.end && !(more = this.#take(parts, NEWLINE))) break;
+  #whole(parts: string[], s: string, i: number, end: number): number {
+    if (this.#since === undefined && (!this.#timestamps || !this.#open)) {
+      const run = i === 0 && end === s.length ? s : s.slice(i, end);
+      // A P record's head holds one of these (text may too: then one by one, as it must).
+      if (!this.#timestamps) {
+        parts.push(run.replace(LINES, '$1$2$3'));
+        this.#open = this.#openAfter(s, i, end);
+        return end;
+      }
+      if (!run.includes(' stdout P') && !run.includes(' stderr P')) {
+        parts.push(run.replace(STAMPED_LINES, '$1$2$3'));
+        return end;
+      }
     }
-    if (parts.length > 0) await this.write(parts.length === 1 ? parts[0]! : Buffer.concat(parts));
-    return more;
+    // Locals, not fields, in the loop: the interpreter reads them faster.
+    const plain = !this.#timestamps && this.#since === undefined;
+    const crs = s.indexOf('\r', i) >= 0;
+    let open = this.#open;
+    let dropped = this.#dropped;
+    let second = this.#second;
+    while (i < end) {
+      const nl = s.indexOf('\n', i);
+      // Its second is the last one checked whole: only what follows it is checked. (Never
+      // true before one was: no record holds a newline.)
+      const known = s.startsWith(second, i);
+      const f = known ? REST_F : HEAD_F;
+      const from = known ? i + SECOND_LENGTH : i;
+      f.lastIndex = from;
+      const final = f.test(s);
+      let at: number;
+      if (final) at = f.lastIndex;
+      else {
+        const p = known ? REST_P : HEAD_P;
+        p.lastIndex = from;
+        if (!p.test(s)) {
+          i = nl + 1;
+          continue;
+        }
+        at = p.lastIndex;
+      }
+      if (!known) second = s.slice(i, i + SECOND_LENGTH);
+      let textEnd = nl;
+      if (crs && s.charCodeAt(nl - 1) === CR) textEnd = Math.max(at, nl - 1);
+      if (!open) {
+        open = true;
+        dropped = !plain && this.#begin(parts, s, i);
+      }
+      if (!dropped) {
+        if (final && textEnd === nl) parts.push(s.slice(at, nl + 1));
+        else {
+          if (textEnd > at) parts.push(s.slice(at, textEnd));
+          if (final) parts.push('\n');
+        }
+      }
+      if (final) open = false;
+      i = nl + 1;
+    }
+    this.#open = open;
+    this.#dropped = dropped;
+    this.#second = second;
+    return end;
   }
 
-  #take(parts: Buffer[], b: Buffer): boolean {
-    const part = b.length > this.#budget ? b.subarray(0, this.#budget) : b;
-    this.#budget -= part.length;
-    if (part.length > 0) parts.push(part);
-    return this.#budget > 0;
+  /** Whether a line is open after the whole records `[i, end)`: the last record among them that is one is a P (or none is, and one was open before). */
+  #openAfter(s: string, i: number, end: number): boolean {
+    for (let stop = end - 1; stop > i; ) {
+      const start = Math.max(i, s.lastIndexOf('\n', stop - 1) + 1);
+      const head = this.#head(s, start);
+      if (head !== 0) return head < 0;
+      stop = start - 1;
+    }
+    return this.#open;
+  }
+
+  /**
+   * Where the text of the record at `i` starts when its head is one: positive for an F,
+   * negative for a P; 0 when it is not one. The record or its head ends at the first `\n`
+   * after `i`, or at the end of `s`.
+   */
+  #head(s: string, i: number): number {
+    // As in #whole's loop.
+    const known = s.startsWith(this.#second, i);
+    const f = known ? REST_F : HEAD_F;
+    const p = known ? REST_P : HEAD_P;
+    f.lastIndex = p.lastIndex = known ? i + SECOND_LENGTH : i;
+    let at: number;
+    if (f.test(s)) at = f.lastIndex;
+    else if (p.test(s)) at = -p.lastIndex;
+    else return 0;
+    if (!known) this.#second = s.slice(i, i + SECOND_LENGTH);
+    return at;
+  }
+
+  /** A line begins with the record at `i`: whether `since` leaves it out; its time goes out with `timestamps`. */
+  #begin(parts: string[], s: string, i: number): boolean {
+    if (!this.#timestamps && this.#since === undefined) return false;
+    const sp = s.indexOf(' ', i);
+    if (this.#since !== undefined && this.#before(s, i, sp, this.#since)) return true;
+    if (this.#timestamps) parts.push(s.slice(i, sp + 1));
+    return false;
+  }
+
+  /**
+   * Whether the time `[i, sp)` (a record's, checked) is before `since`. A UTC time in the
+   * same second as the last one parsed is decided by that second when since is not inside
+   * it: no Date.parse for most lines.
+   */
+  #before(s: string, i: number, sp: number, since: number): boolean {
+    const utc = s.charCodeAt(sp - 1) === 0x5a; // Z
+    if (utc && s.startsWith(this.#sinceSecond, i)) {
+      if (this.#sinceSecondMs + 1000 <= since) return true;
+      if (this.#sinceSecondMs >= since) return false;
+    }
+    const ms = Date.parse(s.slice(i, sp));
+    if (utc) {
+      this.#sinceSecond = s.slice(i, i + SECOND_LENGTH);
+      this.#sinceSecondMs = Math.floor(ms / 1000) * 1000;
+    }
+    return ms < since;
+  }
+
+  /** Text `[from, to)` of the record being read; `last`: its newline is at `to`. */
+  #text(parts: string[], s: string, from: number, to: number, last: boolean): void {
+    const out = !this.#dropped;
+    if (this.#pendingCR) {
+      this.#pendingCR = false;
+      if (out && !(last && from === to)) parts.push('\r');
+    }
+    let end = to;
+    if (end > from && s.charCodeAt(end - 1) === CR) {
+      end--;
+      if (!last) this.#pendingCR = true;
+    }
+    if (out && end > from) parts.push(s.slice(from, end));
+    if (last && this.#final) {
+      if (out) parts.push('\n');
+      this.#open = false;
+    }
   }
 }
 
-const NEWLINE = Buffer.from('\n');
-
-/** Reads [from, to) of the file forwards, LOG_CHUNK bytes at a time, through the decoder; false when the writer is done or the client went. */
-async function readForward(fh: fsp.FileHandle, from: number, to: number, dec: CriLogDecoder, out: LineWriter, signal: AbortSignal): Promise<{ pos: number; more: boolean }> {
+/**
+ * Reads [from, to) of the file forwards, LOG_CHUNK bytes at a time, through `lines` to
+ * `write`; false when the answer is complete (limitBytes) or the client went.
+ */
+async function readForward(fh: fsp.FileHandle, from: number, to: number, lines: CriLogLines, write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal): Promise<{ pos: number; more: boolean }> {
+  if (from >= to || signal.aborted) return { pos: from, more: !signal.aborted };
+  // One buffer for the whole read: lines.push copies a chunk into a string at once, so the
+  // next chunk is read into it while the client takes the last one (a read and a write in
+  // flight, not one after the other: each waits on another thread or the client).
+  const buf = Buffer.allocUnsafe(Math.min(LOG_CHUNK, to - from));
   let pos = from;
-  while (pos < to && !signal.aborted) {
-    // A fresh buffer each time: pieces are views into it, and the socket may still hold the last one.
-    const buf = Buffer.allocUnsafe(Math.min(LOG_CHUNK, to - pos));
-    const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
-    if (bytesRead === 0) break;
-    pos += bytesRead;
-    if (!(await out.pieces(dec.push(buf.subarray(0, bytesRead))))) return { pos, more: false };
+  let next: Promise<{ bytesRead: number }> | undefined = fh.read(buf, 0, Math.min(buf.length, to - pos), pos);
+  try {
+    while (next) {
+      const { bytesRead } = await next;
+      next = undefined;
+      if (bytesRead === 0) break;
+      pos += bytesRead;
+      if (signal.aborted) break;
+      const out = lines.push(buf.subarray(0, bytesRead));
+      if (lines.done) {
+        if (out.length > 0) await write(out);
+        return { pos, more: false };
+      }
+      if (pos < to) next = fh.read(buf, 0, Math.min(buf.length, to - pos), pos);
+      if (out.length > 0) await write(out);
+    }
+  } finally {
+    // Never leave a read running into the buffer (or its failure unhandled) past this call.
+    await next?.catch(() => undefined);
   }
   return { pos, more: !signal.aborted };
 }
@@ -563,15 +855,18 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
   const onAbort = () => wake?.();
   signal.addEventListener('abort', onAbort, { once: true });
   try {
-    let dec = new CriLogDecoder();
-    const out = new LineWriter(o, write);
+    const lines = new CriLogLines(o);
+    const flush = async (b: Buffer): Promise<boolean> => {
+      if (b.length > 0) await write(b);
+      return !lines.done;
+    };
     // What is there now: tailLines applies to it.
     const { size } = await fh.stat();
     const from = o.tailLines !== undefined ? await tailStart(fh, size, o.tailLines) : 0;
-    let r = await readForward(fh, from, size, dec, out, signal);
+    let r = await readForward(fh, from, size, lines, write, signal);
     if (!r.more) return;
     if (!o.follow) {
-      await out.pieces(dec.finish());
+      await flush(lines.finish());
       return;
     }
     // Follow: what is appended, until the instance stops (then what is left) or the client goes.
@@ -586,10 +881,10 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
       const st = await cur.stat();
       if (st.size < r.pos) {
         // Truncated under us: start over from its beginning.
-        dec = new CriLogDecoder();
+        lines.reset();
         r = { pos: 0, more: true };
       }
-      r = await readForward(cur, r.pos, st.size, dec, out, signal);
+      r = await readForward(cur, r.pos, st.size, lines, write, signal);
       if (!r.more) return;
 
       // Is cur still the live file? If not, what comes after it, and may it be left now?
@@ -627,7 +922,7 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
           if (confused) await next?.handle.close();
           else if (next || done) {
             try {
-              r = await readForward(cur, r.pos, (await cur.stat()).size, dec, out, signal);
+              r = await readForward(cur, r.pos, (await cur.stat()).size, lines, write, signal);
             } catch (err) {
               await next?.handle.close();
               throw err;
@@ -641,11 +936,11 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
             for (const between of newer.slice(0, skip)) {
               const gz = between.gz ?? `${between.plain}${COMPRESSED}`;
               let more = true;
-              await eachGunzipped(gz, async (c) => (more = (await out.pieces(dec.push(c))) && !signal.aborted));
+              await eachGunzipped(gz, async (c) => (more = (await flush(lines.push(c))) && !signal.aborted));
               if (!more) return;
             }
             if (!next) {
-              await out.pieces(dec.finish());
+              await flush(lines.finish());
               return;
             }
             curStamp = next.stamp;
@@ -661,7 +956,7 @@ export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOp
       }
       if (moved) continue;
       if (done) {
-        await out.pieces(dec.finish());
+        await flush(lines.finish());
         return;
       }
       await new Promise<void>((resolve) => {

@@ -393,6 +393,15 @@ function connectHandler(router: Router, log: Logger, auth?: ServerAuth) {
   };
 }
 
+/** Longest error message a log line carries (the client's answer has all of it). */
+const LOGGED_MESSAGE_MAX = 2048;
+
+/** An error's message for the log: a `/run` whose command failed carries its stderr, up to the runtime's 16 MiB. */
+function loggedMessage(err: unknown): string {
+  const m = errorMessage(err);
+  return m.length > LOGGED_MESSAGE_MAX ? `${m.slice(0, LOGGED_MESSAGE_MAX)}... (${m.length} chars)` : m;
+}
+
 /** The request pipeline shared by both servers; `auth` absent = the read-only port. */
 function makeHandler(router: Router, log: Logger, auth?: ServerAuth): http.RequestListener {
   return (req, res) => {
@@ -426,7 +435,7 @@ function makeHandler(router: Router, log: Logger, auth?: ServerAuth): http.Reque
           return;
         }
         const status = statusFor(err);
-        const fields = { method, path: rawPath, user: user?.username, code: status.code, err: errorMessage(err), details: err instanceof NodeletError ? err.details : undefined };
+        const fields = { method, path: rawPath, user: user?.username, code: status.code, err: loggedMessage(err), details: err instanceof NodeletError ? err.details : undefined };
         if (status.code >= 500) log.warn(fields, 'request failed');
         else log.debug(fields, 'request refused');
         if (!res.headersSent) send(res, status, headOnly);

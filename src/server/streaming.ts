@@ -16,7 +16,8 @@
  * `streamingConnectionIdleTimeout` is closed.
  *
  * `/run/<ns>/<pod>[/<uid>]/<container>?command=...` (POST) runs the command with CRI
- * `ExecSync` and answers its stdout followed by its stderr, as the kubelet's.
+ * `ExecSync` and answers its stdout followed by its stderr, or 500 when it exits non-zero,
+ * as the kubelet's.
  *
  * Query parameters are the kubelet's (what the API server sends it): `command` (repeated),
  * `input`, `output`, `error`, `tty` ("1" or "true" is true), with `stdin`, `stdout`,
@@ -302,9 +303,11 @@ export class StreamingService {
    * `/run`: ExecSync with timeout 0, so without a deadline, as the kubelet's RunInContainer;
    * stdout then stderr. `signal` (the client's connection) cancels the call, and containerd
    * then kills the command: a command does not outlive its client (see RUN_START_WINDOW_MS
-   * for when the cancel is sent). Every runtime failure (output over the 16 MiB message
-   * limit, the runtime away, ...) is INTERNAL, so 500 with the runtime's message, as the
-   * kubelet's getRun answers 500 to whatever RunInContainer returns.
+   * for when the cancel is sent). A command that exits non-zero, and every runtime failure
+   * (output over the 16 MiB message limit, the runtime away, ...), is INTERNAL, so 500, as
+   * the kubelet's getRun answers 500 to whatever RunInContainer returns: its CRI client's
+   * ExecSync makes a non-zero exit the error `command '<cmd>' exited with <N>: <stderr>`
+   * (the output is then not answered), the message here too.
    */
   async run(r: StreamRequest, signal?: AbortSignal): Promise<Buffer> {
     const pod = findPod(this.o.pods, r.target);
@@ -329,6 +332,9 @@ export class StreamingService {
       signal?.removeEventListener('abort', onLeave);
       ended.abort();
       release();
+    }
+    if (res.exitCode !== 0) {
+      throw new NodeletError('INTERNAL', `command '${r.options!.cmd.join(' ')}' exited with ${res.exitCode}: ${res.stderr.toString('utf8')}`, { method: 'ExecSync', exitCode: res.exitCode });
     }
     return Buffer.concat([res.stdout, res.stderr]);
   }

@@ -20,6 +20,8 @@ const BENCHES: [string, number][] = [
   ['exec-stream', 30_000],
   ['watch-burst', 60_000],
   ['checkpoint', 10_000],
+  // Two 4 MB logs through the test CRI server's node: no containerd.
+  ['log-throughput', 20_000],
 ];
 /** One containerd for all of them (they run one after another): starting one per benchmark costs seconds each. */
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-bench';

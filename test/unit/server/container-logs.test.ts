@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/clock.js';
 import { VirtualClock } from '../../helpers/clock.js';
 import { compressLog } from '../../../src/pods/log-rotation.js';
-import { CriLogDecoder, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, ROTATION_GRACE_POLLS, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
+import { CriLogDecoder, CriLogLines, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, ROTATION_GRACE_POLLS, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
 
 
 const q = (s: string) => new URLSearchParams(s);
@@ -79,7 +79,8 @@ describe('parseRecordHead', () => {
   it('waits for more while undecided, refuses what is not a record', () => {
     expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00Z stdout F'), false)).toBe('more');
     expect(parseRecordHead(Buffer.from('2026-11-23T06:00:00Z'), false)).toBe('more');
-    for (const bad of ['garbage', '2026-11-23T06:00:00Z stdin F x', '2026-11-23T06:00:00Z stdout X x', 'yesterday stdout F x', '2026-13-45T99:00:00Z stdout F x', '']) {
+    // Hour 24 and a second 60: Date.parse reads the one, Go's time.Parse (the kubelet) neither.
+    for (const bad of ['garbage', '2026-11-23T06:00:00Z stdin F x', '2026-11-23T06:00:00Z stdout X x', 'yesterday stdout F x', '2026-13-45T99:00:00Z stdout F x', '2026-11-23T24:00:00Z stdout F x', '2026-11-23T23:59:60Z stdout F x', '2026-11-23T06:00:00+24:00 stdout F x', '2026-11-23T06:00:00.1234567891Z stdout F x', `2026-11-23T06:00:00Z stdout F:${'t'.repeat(65)} x`, '']) {
       expect(parseRecordHead(Buffer.from(bad), true)).toBeUndefined();
     }
     expect(parseRecordHead(Buffer.alloc(200, 'a'), false)).toBeUndefined();
@@ -128,6 +129,114 @@ describe('CriLogDecoder', () => {
     expect(pieces.filter((p) => p.end)).toHaveLength(1);
     // The big piece is a view of the fed chunk, not a copy.
     expect(pieces.find((p) => p.text.length === 1 << 20)?.text.buffer).toBe(big.buffer);
+  });
+});
+
+/** Feeds `data` to a fresh CriLogLines in pieces cut at `cuts`, then finishes it: what the client gets. */
+function lines(data: string | Buffer, o: ConstructorParameters<typeof CriLogLines>[0], cuts: number[] = []): string {
+  const buf = Buffer.isBuffer(data) ? data : Buffer.from(data);
+  const l = new CriLogLines(o);
+  const out: Buffer[] = [];
+  let at = 0;
+  for (const c of [...cuts, buf.length]) {
+    out.push(l.push(buf.subarray(at, c)));
+    at = c;
+  }
+  out.push(l.finish());
+  return Buffer.concat(out).toString('utf8');
+}
+
+/** What CriLogDecoder's pieces make for the client (the LineWriter rules): the other reading CriLogLines must agree with. */
+function viaDecoder(data: string | Buffer, o: { timestamps: boolean; since?: number; limitBytes?: number }): string {
+  const d = new CriLogDecoder();
+  const buf = Buffer.isBuffer(data) ? data : Buffer.from(data);
+  const parts: Buffer[] = [];
+  let skipping = false;
+  for (const p of [...d.push(buf), ...d.finish()]) {
+    if (p.first) skipping = o.since !== undefined && p.lineMs < o.since;
+    if (skipping) continue;
+    if (p.first && o.timestamps) parts.push(Buffer.from(`${p.lineTs} `));
+    parts.push(p.text);
+    if (p.end) parts.push(Buffer.from('\n'));
+  }
+  const all = Buffer.concat(parts);
+  return all.subarray(0, o.limitBytes ?? all.length).toString('utf8');
+}
+
+describe('CriLogLines', () => {
+  const sample = [`${T1} stdout P hel`, `${T1} stdout P lo `, `${T2} stdout F world`, 'garbage line', `${T3} stderr F`, `${T3} stderr F ünïcødé`, `${T3} stdout F a\rb\r`, `${T3} stdout P x\r`, `${T3} stdout F \r`, `${T3} stdout F y\r\r`, ''].join('\n');
+
+  it('the lines of CriLogDecoder, with and without timestamps, however the bytes are cut (every cut point, and byte by byte)', () => {
+    const buf = Buffer.from(sample);
+    const plain = 'hello world\n\nünïcødé\na\rb\nx\ny\r\n';
+    const stamped = `${T1} hello world\n${T3} \n${T3} ünïcødé\n${T3} a\rb\n${T3} x\n${T3} y\r\n`;
+    expect(viaDecoder(buf, { timestamps: false })).toBe(plain);
+    expect(viaDecoder(buf, { timestamps: true })).toBe(stamped);
+    for (let c = 0; c <= buf.length; c++) {
+      expect(lines(buf, { timestamps: false }, [c])).toBe(plain);
+      expect(lines(buf, { timestamps: true }, [c])).toBe(stamped);
+    }
+    expect(lines(buf, { timestamps: true }, [...buf.keys()].slice(1))).toBe(stamped);
+  });
+
+  it('since leaves out the lines whose first record is older; limitBytes cuts the answer and then nothing more comes', () => {
+    expect(lines(sample, { timestamps: false, since: Date.parse(T2) })).toBe('\nünïcødé\na\rb\nx\ny\r\n');
+    expect(lines(sample, { timestamps: true, since: Date.parse(T3) })).toBe(`${T3} \n${T3} ünïcødé\n${T3} a\rb\n${T3} x\n${T3} y\r\n`);
+    const l = new CriLogLines({ timestamps: false, limitBytes: 8 });
+    expect(l.push(Buffer.from(sample)).toString()).toBe('hello wo');
+    expect(l.done).toBe(true);
+    expect(l.push(Buffer.from(`${T3} stdout F more\n`)).length).toBe(0);
+    expect(l.finish().length).toBe(0);
+  });
+
+  it('since compares each line\'s exact time, whatever the order and zone of the lines in a second', () => {
+    const T = '2026-11-23T06:00:01';
+    const log = [`${T}.400Z stdout F a`, `${T}.100Z stdout F b`, `${T}.500Z stdout F c`, `${T}.999999999Z stdout F d`, '2026-11-23T06:00:02Z stdout F e', '2026-11-23T07:00:01.6+01:00 stdout F f', ''].join('\n');
+    const since = (t: string) => lines(log, { timestamps: false, since: Date.parse(t) });
+    expect(since(`${T}.300Z`)).toBe('a\nc\nd\ne\nf\n');
+    expect(since(`${T}.500Z`)).toBe('c\nd\ne\nf\n');
+    expect(since(`${T}Z`)).toBe('a\nb\nc\nd\ne\nf\n');
+    expect(since('2026-11-23T06:00:02Z')).toBe('e\n');
+  });
+
+  it('a record without a newline at the end of the input ends there, a line left open too', () => {
+    expect(lines(`${T1} stdout F one\n${T2} stdout F two`, { timestamps: false })).toBe('one\ntwo\n');
+    expect(lines(`${T1} stdout F one\n${T2} stdout P tw`, { timestamps: false }, [20, 40])).toBe('one\ntw\n');
+    expect(lines(`${T1} stdout F`, { timestamps: true })).toBe(`${T1} \n`);
+    expect(lines('', { timestamps: false })).toBe('');
+  });
+
+  it('timestamps: chunks without P records at once, others one by one; a text that looks like a P head changes nothing', () => {
+    const recs = [`${T1} stdout F a stdout P b`, `${T2} stderr F c`, `${T2} stdout P d`, `${T3} stdout F e`, `${T3} stdout F f`, ''].join('\n');
+    const want = `${T1} a stdout P b\n${T2} c\n${T2} de\n${T3} f\n`;
+    const buf = Buffer.from(recs);
+    for (let c = 0; c <= buf.length; c++) expect(lines(buf, { timestamps: true }, [c])).toBe(want);
+  });
+
+  it('a head longer than HEAD_MAX is not a record, whole in a chunk or cut anywhere; a long text is', () => {
+    const long = `${T1} stdout F:${'t'.repeat(200)} x\n${T2} stdout F ok\n`;
+    const buf = Buffer.from(long);
+    for (const c of [0, 10, 100, 150, 210, 229, buf.length]) expect(lines(buf, { timestamps: false }, [c])).toBe('ok\n');
+    const text = 'y'.repeat(3 * LOG_CHUNK);
+    const big = Buffer.from(`${T1} stdout F ${text}\r\n${T2} stdout F end\n`);
+    expect(lines(big, { timestamps: false }, [LOG_CHUNK, 2 * LOG_CHUNK, 3 * LOG_CHUNK, 3 * LOG_CHUNK + 22])).toBe(`${text}\nend\n`);
+  });
+
+  it.each([1, 2, 3, 4])('a generated log (seed %i) cut at random points: every mode equals the reference reading', (seed) => {
+    const content = Buffer.from(generatedLog(seed, 400, seed % 2 === 0));
+    const ref = referenceLines(content.toString('utf8'));
+    let x = seed;
+    const cuts = Array.from({ length: 60 }, () => ((x = (x * 1103515245 + 12345) % 2 ** 31), x % content.length)).sort((a, b) => a - b);
+    const since = Date.parse(ref[Math.floor(ref.length / 2)]!.ts);
+    const plain = ref.map((l) => `${l.text}\n`).join('');
+    // Without timestamps or since a chunk's whole records go through one replace; since reads them one by one.
+    expect(lines(content, { timestamps: false }, cuts)).toBe(plain);
+    expect(lines(content, { timestamps: false, since: 0 }, cuts)).toBe(plain);
+    expect(lines(content, { timestamps: true }, cuts)).toBe(ref.map((l) => `${l.ts} ${l.text}\n`).join(''));
+    expect(lines(content, { timestamps: false, since }, cuts)).toBe(ref.filter((l) => Date.parse(l.ts) >= since).map((l) => `${l.text}\n`).join(''));
+    const limit = Math.floor(Buffer.byteLength(plain) / 3);
+    expect(lines(content, { timestamps: false, limitBytes: limit }, cuts)).toBe(Buffer.from(plain).subarray(0, limit).toString('utf8'));
+    expect(lines(content, { timestamps: true, since }, cuts)).toBe(viaDecoder(content, { timestamps: true, since }));
   });
 });
 

@@ -100,7 +100,8 @@ function fakeRuntime(streamBase = 'http://127.0.0.1:1') {
       exec: async (r: StreamExecRequest) => (calls.push(['exec', r]), `${streamBase}/exec/tok`),
       attach: async (r: StreamAttachRequest) => (calls.push(['attach', r]), `${streamBase}/attach/tok`),
       portForward: async (id: string, ports: number[]) => (calls.push(['portForward', id, ports]), `${streamBase}/portforward/tok`),
-      execSync: async (id: string, cmd: string[], t: number) => (calls.push(['execSync', id, cmd, t]), { stdout: Buffer.from('out\n'), stderr: Buffer.from('err\n'), exitCode: 3 }),
+      // `false` exits 1, as in a shell; anything else 0.
+      execSync: async (id: string, cmd: string[], t: number) => (calls.push(['execSync', id, cmd, t]), { stdout: Buffer.from('out\n'), stderr: Buffer.from('err\n'), exitCode: cmd[0] === 'false' ? 1 : 0 }),
       listPodSandbox: async (f?: { labelSelector?: Record<string, string>; state?: string }) => (calls.push(['listPodSandbox', f]), sandboxes.filter((s) => s.labels['io.kubernetes.pod.uid'] === f?.labelSelector?.['io.kubernetes.pod.uid'])),
     },
   };
@@ -316,7 +317,7 @@ describe('the HTTPS server proxies upgraded streams', () => {
     expect([...s.calls, ...t.calls]).toEqual([]);
   });
 
-  it('answers 400 to /exec without an upgrade, and /run with the output', async () => {
+  it('answers 400 to /exec without an upgrade, /run with the output, and 500 with the kubelet\'s message when the command exits non-zero', async () => {
     const s = await serve();
     const get = (method: string, p: string) =>
       new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -335,6 +336,10 @@ describe('the HTTPS server proxies upgraded streams', () => {
     const run = await get('POST', '/run/ns/p/c?command=ls');
     expect(run.status).toBe(200);
     expect(run.body).toMatch(/out\nerr\n/);
+    // The kubelet's CRI client makes a non-zero exit an error, and its getRun answers every RunInContainer error 500.
+    const failed = await get('POST', '/run/ns/p/c?command=false&command=--now');
+    expect(failed.status).toBe(500);
+    expect(JSON.parse(failed.body)).toMatchObject({ kind: 'Status', code: 500, reason: 'InternalError', message: "command 'false --now' exited with 1: err\n" });
   });
 
   it('closes a session idle for streamingConnectionIdleTimeout, and every session at stop', async () => {
