@@ -24,6 +24,10 @@ let work: string;
 beforeAll(async () => {
   await ensureContainerd({ dir: DIR });
   work = tempDir('nodelet-imagegc-images-');
+  // Only busybox and pause, whatever an earlier run of this file left (an image it imported, a digest reference).
+  const refs = execFileSync('ctr', ['--address', SOCK, '-n', 'k8s.io', 'images', 'ls', '-q'], { encoding: 'utf8' }).split('\n').filter(Boolean);
+  const extra = refs.filter((r) => r !== BUSYBOX_IMAGE && r !== PAUSE_IMAGE);
+  if (extra.length) execFileSync('ctr', ['--address', SOCK, '-n', 'k8s.io', 'images', 'rm', ...extra], { stdio: 'ignore' });
 });
 
 afterAll(async () => {
@@ -66,11 +70,12 @@ describe('image garbage collection on containerd', () => {
       name: 'imagegc-a',
       config: { imageGCHighThresholdPercent: 1, imageGCLowThresholdPercent: 0, imageMinimumGCAge: '5s' },
       env: { NODELET_TEST_IMAGE_GC_PERIOD: '1s' },
+      // The pod that uses busybox is there from the start: otherwise a slow start lets busybox reach the minimum age unused.
+      beforeStart: async (p) => fs.writeFileSync(path.join(p.manifests, 'user.yaml'), JSON.stringify(busyboxPod('user', 'sleep 3600'))),
     });
     const before = await imageIds(node);
     expect(before.has(unused)).toBe(true);
     const detected = await firstDetected(node, before.get(unused)!);
-    node.writeManifest('user.yaml', busyboxPod('user', 'sleep 3600'));
     await eventually(async () => (await node!.pod('user'))?.status?.phase === 'Running', 30_000);
     const removed = await node.nodelet.waitForMsg(/^removed image sha256:[0-9a-f]{64} \(\d+ bytes\): to free space/, 30_000);
     expect(removed.imageID).toBe(before.get(unused));
@@ -100,7 +105,10 @@ describe('image garbage collection on containerd', () => {
       // Space collection off (100): only age removes.
       config: { imageGCHighThresholdPercent: 100, imageGCLowThresholdPercent: 99, imageMinimumGCAge: '1s', imageMaximumGCAge: `${maxAgeMs / 1000}s` },
       env: { NODELET_TEST_IMAGE_GC_PERIOD: '500ms' },
+      // busybox stays in use by a pod from the start, or its age would remove it too (as the kubelet would).
+      beforeStart: async (p) => fs.writeFileSync(path.join(p.manifests, 'keeper.yaml'), JSON.stringify(busyboxPod('keeper', 'sleep 3600'))),
     });
+    await eventually(async () => (await node!.pod('keeper'))?.status?.phase === 'Running', 30_000);
     const id = (await imageIds(node)).get(stale)!;
     const detected = await firstDetected(node, id);
     // Restart half-way through its maximum age.
