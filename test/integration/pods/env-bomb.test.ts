@@ -62,8 +62,8 @@ describe('an env that doubles by reference', () => {
       p.spec!.containers[0] = { ...p.spec!.containers[0]!, ...bombContainer(levels) };
       await cluster.api.create<Pod>(PODS, p);
     }
-    // 25 s: the first attempt and at least one backoff retry (10 s, then 20 s) of each pod.
-    const during = await poll(25_000);
+    // 14 s: the first attempt and the first backoff retry (10 s later) of each pod.
+    const during = await poll(14_000);
 
     const waitingOf = (p: Pod | undefined) => p?.status?.containerStatuses?.[0]?.state?.waiting;
     for (const name of ['bomb18', 'bomb19']) {
@@ -84,10 +84,13 @@ describe('an env that doubles by reference', () => {
       `env bomb: healthz worst ${worst.toFixed(1)} ms over ${during.latencies.length} polls (before: ${baseWorst.toFixed(1)} ms); RSS ${baseRss.toFixed(1)} -> peak ${peakRss.toFixed(1)} MB; refusals logged ${tried.length}; event-loop delays >= 50 ms: ${loopDelays.join(', ') || 'none'}`,
     );
     expect(during.latencies.filter((l) => l < 0), 'failed /healthz answers').toEqual([]);
-    // 100 ms, the issue's bar; on a machine whose own scheduling already made a poll slower
-    // than that before the pods came (CI runs two lanes on two cores), twice that baseline.
-    expect(worst).toBeLessThan(Math.max(100, 2 * baseWorst));
-    expect(loopDelays.filter((d) => d >= 500)).toEqual([]);
+    // The issue's fault held nodelet's event loop 3.4-11 s per attempt. What nodelet measures
+    // of its own loop is the exact bar: no delay of 100 ms (its log reports every one from
+    // 50 ms). /healthz from another process adds the machine's scheduling, which on CI's two
+    // cores shared by two lanes alone passed 100 ms (107 ms seen, 36 ms before the pods): a
+    // second is the bar there, far below the seconds the fault cost.
+    expect(loopDelays.filter((d) => d >= 100)).toEqual([]);
+    expect(worst).toBeLessThan(1000);
     expect(peakRss - baseRss).toBeLessThan(50);
     // One line per pod (four pods, one version each), not one per backoff retry.
     expect(tried.map((r) => String(r.pod ?? r.msg)).length).toBe(4);
