@@ -201,7 +201,7 @@ async function main(): Promise<void> {
       ...rows,
       '',
       `Target: at least ${TARGET_MB_S} MB/s for a read of the ${(small.log.bytes / MB).toFixed(0)} MB log of short records: **${got.toFixed(1)} MB/s — ${got >= TARGET_MB_S ? 'met' : 'missed'}**. At the follow rate, a follower a rotation behind (issue 26: ${ISSUE_MB} MB) reaches its last line in ${(ISSUE_MB / rate(small.log, median(small.follow))).toFixed(1)} s.`,
-      `Parsing costs about ${perRecordUs.toFixed(2)} µs of CPU a record (the short records' CPU per MB over the long ones', per record): nodelet runs JavaScript in V8's interpreter only and interprets regular expressions too (README, the entry point's flags), and a chunk's records go through one regular-expression \`replace\` there; with 16 KiB records that cost vanishes and what is left is TLS, the file and HTTP chunking, as for the raw server.`,
+      `Parsing costs about ${perRecordUs.toFixed(2)} µs of CPU a record (the short records' CPU per MB over the long ones', per record): nodelet runs JavaScript in V8's interpreter only and interprets regular expressions too (docs/development.md, the entry point's flags), and a chunk's records go through one regular-expression \`replace\` there; with 16 KiB records that cost vanishes and what is left is TLS, the file and HTTP chunking, as for the raw server.`,
       '',
       'Reproduce: `npm run build && node dist/bench/log-throughput.js 3`.',
     ].join('\n');

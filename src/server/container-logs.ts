@@ -402,7 +402,7 @@ const END_OF_INPUT: Buffer = Buffer.from('\n');
  * there), fed the log's chunks in order and holding at most a partial record head
  * (HEAD_MAX bytes) between them, never a record or a line, however long.
  *
- * Made for throughput: nodelet runs in V8's interpreter (the entry point's flags, README),
+ * Made for throughput: nodelet runs in V8's interpreter (the entry point's flags, docs/development.md),
  * where every JavaScript operation per record counts and built-in functions run at native
  * speed. So a chunk is read as one latin1 string (one char per byte: nothing decoded, nothing
  * lost); its whole records go through one `replace` with a regular expression (LINES) when

@@ -8,7 +8,7 @@
  * and containers, nothing created, started or stopped, restart count 3 in its status; and
  * a container stopped afterwards is restarted by nodelet as attempt 4 (after the back-off
  * of a fourth restart: 40 s by default, 10 s here with the kubelet's
- * `crashLoopBackOff.maxContainerRestartPeriod: 10s`). Last, what README says
+ * `crashLoopBackOff.maxContainerRestartPeriod: 10s`). Last, what docs/operating.md says
  * of a kubelet's static pod without a declared UID: nodelet's UID differs, so the pod is
  * replaced once.
  */
@@ -201,7 +201,7 @@ describe('taking a node over from a kubelet', () => {
     console.log(`adopt-kubelet: sidecars (restartCount 3) restarted as attempt 4 ${restartedAfterMs} ms after the stop; ops after sync ${JSON.stringify(opsAfterSync)}`);
   }, 240_000); // a 10 s back-off, then bounds for a loaded machine
 
-  it("a kubelet's static pod without a declared UID is replaced once: nodelet's derived UID differs (README)", async () => {
+  it("a kubelet's static pod without a declared UID is replaced once: nodelet's derived UID differs (docs/operating.md)", async () => {
     const manifest: Pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'legacy-derived', namespace: 'default', labels: { app: 'legacy-derived' } }, spec: { ...legacySpec(), containers: legacySpec().containers.slice(0, 1) } };
     // The kubelet's UID for it: an MD5 over its spew dump, node and file, which nodelet does not reproduce.
     const kubeletUid = crypto.createHash('md5').update(`kubelet ${Date.now()}`).digest('hex');
