@@ -21,6 +21,7 @@ import type { NodeIdentity } from './node-identity.js';
 import { acquireLock, watchContention, type ContentionWatch, type LockHandle } from './system/lock.js';
 import { createNotifier, watchdogIntervalFromEnv, WatchdogLoop, type Notifier } from './system/notify.js';
 import type { LoadedConfig } from './config/index.js';
+import type { NodeletFlags } from './wiring/context.js';
 import { buildServerAuth, type ServerAuth } from './server/from-config.js';
 import { parseEndpoint } from './runtime/endpoint.js';
 import type { RuntimeState } from './runtime/health.js';
@@ -29,19 +30,7 @@ import { hostRefusal, runHostCheckPass, type HostCheckRun } from './node/host-fa
 import type { HostCheckResult } from './node/host-checks.js';
 import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords, removeRootDirTempFiles } from './system/root-dir.js';
 
-/** Command-line settings that are not part of KubeletConfiguration. */
-export interface NodeletFlags {
-  configFile?: string;
-  configDir?: string;
-  rootDir: string;
-  kubeconfig?: string;
-  lockFile: string;
-  exitOnLockContention: boolean;
-  certDir: string;
-  checkpointRetention?: number;
-  /** Where the `<pod>_<ns>_<container>-<id>.log` links to container logs go (default /var/log/containers). */
-  containerLogDir?: string;
-}
+export type { NodeletFlags } from './wiring/context.js';
 
 export type { Mode } from './connected.js';
 

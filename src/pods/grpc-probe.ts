@@ -7,7 +7,11 @@
  * loaded from a descriptor for a call that carries a string and an enum.
  */
 import http2 from 'node:http2';
-import type { ProbeOutcome } from './probes.js';
+/** What a probe run gives (probes.ts's ProbeOutcome, the same shape: this module does not import probes.ts, which imports it). */
+interface ProbeOutcome {
+  ok: boolean;
+  output: string;
+}
 
 /** HealthCheckResponse.ServingStatus names, by number. */
 const SERVING_STATUS = ['UNKNOWN', 'SERVING', 'NOT_SERVING', 'SERVICE_UNKNOWN'];

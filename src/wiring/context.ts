@@ -8,9 +8,22 @@ import type { Clock } from '../clock.js';
 import type { KubeletConfiguration } from '../config/types.js';
 import type { LoadedConfig } from '../config/index.js';
 import type { NodeMode } from '../connected.js';
-import type { NodeletFlags } from '../daemon.js';
 import type { Logger } from '../log.js';
 import type { NodeIdentity } from '../node-identity.js';
+
+/** Command-line settings that are not part of KubeletConfiguration. */
+export interface NodeletFlags {
+  configFile?: string;
+  configDir?: string;
+  rootDir: string;
+  kubeconfig?: string;
+  lockFile: string;
+  exitOnLockContention: boolean;
+  certDir: string;
+  checkpointRetention?: number;
+  /** Where the `<pod>_<ns>_<container>-<id>.log` links to container logs go (default /var/log/containers). */
+  containerLogDir?: string;
+}
 
 export interface WiringContext {
   loaded: LoadedConfig;
