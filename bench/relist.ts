@@ -15,7 +15,7 @@
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { CriPodRuntime } from '../src/pods/cri-pod-runtime.js';
+import { CriPodRuntime } from '../src/pods/cri/cri-pod-runtime.js';
 import { createCriClient, type CriClient } from '../src/runtime/cri-client.js';
 import { benchContainerd, removeAll, sandboxConfig, sleeperConfig } from './runtime.js';
 import { ratioTable, writeSection } from './sections.js';

@@ -6,7 +6,7 @@
  * `GetContainerEvents`). Nodelet: the time until its `/pods` (read-only port, polled every
  * 10 ms) no longer shows that container running. Both are timed from the same stop, so each
  * round is its own interleaving. Each round has a pod of its own, settled for a few seconds
- * first (nodelet's relist waits for events then, src/pods/manager.ts); a stopped container
+ * first (nodelet's relist waits for events then, src/pods/sync/manager.ts); a stopped container
  * restarts with a back-off, so no pod is stopped twice.
  *
  * Run: `npm run build && node dist/bench/status-latency.js [iterations] [--quick]` (root).

@@ -25,7 +25,7 @@ import type { NodeletFlags } from './wiring/context.js';
 import { buildServerAuth, type ServerAuth } from './server/from-config.js';
 import { parseEndpoint } from './runtime/endpoint.js';
 import type { RuntimeState } from './runtime/health.js';
-import { loadAllocationRecords, type AllocationRecords } from './pods/allocation.js';
+import { loadAllocationRecords, type AllocationRecords } from './pods/sync/allocation.js';
 import { hostRefusal, runHostCheckPass, type HostCheckRun } from './node/host-facts.js';
 import type { HostCheckResult } from './node/host-checks.js';
 import { ensureDeviceCheckpoint, ensureRootDirLayout, ImagePullRecords, removeRootDirTempFiles } from './system/root-dir.js';

@@ -49,10 +49,10 @@ import { silentLogger, type Logger } from '../log.js';
 import type { RuntimeService } from '../runtime/types.js';
 import { ArchiveLister, verifyArchive, type ArchiveInfo } from './archive.js';
 import { archiveBelongsTo, archiveSecond, archivesBeyondRetentionAfter, chooseArchiveName, nextArchiveSeq, parseArchiveName, parseTimeoutParam, validateSegment, type IssuedSeq } from './names.js';
-import { LABEL_CONTAINER_NAME, LABEL_POD_UID } from '../pods/labels.js';
-import type { PodLookup } from '../pods/lookup.js';
+import { LABEL_CONTAINER_NAME, LABEL_POD_UID } from '../pods/cri/labels.js';
+import type { PodLookup } from '../pods/sources/lookup.js';
 
-export type { PodLookup } from '../pods/lookup.js';
+export type { PodLookup } from '../pods/sources/lookup.js';
 
 /** What the endpoint needs of the CRI runtime. */
 export type CheckpointRuntime = Pick<RuntimeService, 'listContainers' | 'checkpointContainer'>;

@@ -109,7 +109,7 @@ export interface KubeletConfiguration {
   /** At most this many images in the Node's status.images (-1: all). */
   nodeStatusMaxImages: number;
 
-  // --- image garbage collection (src/pods/image-gc.ts)
+  // --- image garbage collection (src/pods/images/image-gc.ts)
   imageMinimumGCAge: string;
   /** 0 or unset: off. */
   imageMaximumGCAge?: string;

@@ -10,8 +10,8 @@
  *
  * Recording is a map lookup and an add: safe on every CRI call.
  */
-import type { PodManagerMetrics } from '../pods/metrics-hooks.js';
-import type { ObservedPod } from '../pods/observed.js';
+import type { PodManagerMetrics } from '../pods/sync/metrics-hooks.js';
+import type { ObservedPod } from '../pods/sync/observed.js';
 import { VERSION } from '../version.js';
 import { Collected, Counter, DEF_BUCKETS, exponentialBuckets, Gauge, Histogram, Registry } from './exposition.js';
 import { registerProcessMetrics, type LoopDelaySource } from './process.js';
@@ -51,7 +51,7 @@ export function operationType(method: string): string {
   return OPERATION_TYPES[method] ?? method.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
 }
 
-export type { PodManagerMetrics } from '../pods/metrics-hooks.js';
+export type { PodManagerMetrics } from '../pods/sync/metrics-hooks.js';
 
 /**
  * What the node shutdown manager records: the kubelet's graceful shutdown gauges, in seconds

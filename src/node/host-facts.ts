@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { KubeletConfiguration } from '../config/types.js';
-import type { NodeSwap } from '../pods/swap.js';
+import type { NodeSwap } from '../pods/cri/swap.js';
 import type { CriClient } from '../runtime/cri-client.js';
 import { effectiveCgroupDriver, refusals, runHostChecks, type HostCheckResult, type HostFacts, type RuntimeDriverFact } from './host-checks.js';
 import { readBoundedText } from '../system/safe-file.js';

@@ -22,7 +22,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { realClock, type Clock } from '../clock.js';
 import { isNodeletError, NodeletError } from '../errors.js';
 import { openRegularFile, readFailure } from '../system/safe-file.js';
-import type { PodLookup } from '../pods/lookup.js';
+import type { PodLookup } from '../pods/sources/lookup.js';
 
 export interface LogOptions {
   previous: boolean;

@@ -39,7 +39,7 @@ import { renderHealthz, type HealthRegistry } from '../health/checks.js';
 import { silentLogger, type Logger } from '../log.js';
 import { authorizeRequest, requestAttributes, type Authenticator, type Authorizer, type Credentials, type PeerCertificate, type UserInfo } from './auth.js';
 import type { CheckpointService } from '../checkpoint/service.js';
-import type { PodLookup } from '../pods/lookup.js';
+import type { PodLookup } from '../pods/sources/lookup.js';
 import { logTarget, openLog, parseLogOptions, streamLogs } from './container-logs.js';
 import { isStreamKind, parseStreamRequest, writeFailure, type StreamingService } from './streaming.js';
 import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from './errors.js';

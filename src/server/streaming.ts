@@ -32,7 +32,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError, errorMessage } from '../errors.js';
 import { realClock, type Clock } from '../clock.js';
 import { silentLogger, type Logger } from '../log.js';
-import type { PodLookup } from '../pods/lookup.js';
+import type { PodLookup } from '../pods/sources/lookup.js';
 import type { RuntimeService } from '../runtime/types.js';
 
 export type StreamKind = 'exec' | 'attach' | 'portForward' | 'run';

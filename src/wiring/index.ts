@@ -8,7 +8,7 @@
 import type { HealthRegistry } from '../health/checks.js';
 import type { Service } from '../loop.js';
 import type { LoopDelaySource } from '../metrics/process.js';
-import type { PodManager } from '../pods/manager.js';
+import type { PodManager } from '../pods/sync/manager.js';
 import type { RuntimeState } from '../runtime/health.js';
 import type { ServerAuth } from '../server/from-config.js';
 import type { WiringContext } from './context.js';

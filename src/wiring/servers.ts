@@ -7,7 +7,7 @@
 import { parseDuration } from '../config/duration.js';
 import type { HealthRegistry } from '../health/checks.js';
 import type { Service } from '../loop.js';
-import type { PodManager } from '../pods/manager.js';
+import type { PodManager } from '../pods/sync/manager.js';
 import { checkpointsEnabled, type ServerAuth } from '../server/from-config.js';
 import type { WiringContext } from './context.js';
 import type { RuntimeWiring } from './runtime.js';

@@ -1,12 +1,12 @@
 /**
- * An in-memory MirrorPodApi (src/pods/mirror.ts), the port MirrorPods writes mirror pods
+ * An in-memory MirrorPodApi (src/pods/status/mirror.ts), the port MirrorPods writes mirror pods
  * through, on MemApiObjects (api-objects.ts) with the API's answers. Records what it created
  * (`created`, as passed) and deleted (`deleted`, the UIDs); `createError` makes every create
  * fail with it. Held to the real adapter by test/integration/controlplane/ports-contract.test.ts.
  */
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { NodeletError } from '../../src/errors.js';
-import type { MirrorPodApi } from '../../src/pods/mirror.js';
+import type { MirrorPodApi } from '../../src/pods/status/mirror.js';
 import { MemApiObjects } from './api-objects.js';
 
 export class MemMirrorPodApi implements MirrorPodApi {

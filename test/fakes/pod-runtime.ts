@@ -1,5 +1,5 @@
 /**
- * An in-memory PodRuntime (the port the pod workers use; src/pods/runtime-port.ts) with
+ * An in-memory PodRuntime (the port the pod workers use; src/pods/cri/runtime-port.ts) with
  * the same contract as the CRI adapter: sandboxes and containers keyed by ID, the kubelet's
  * restart counts and hashes, stops that make running containers exit 137. Records every
  * call in `calls`; tests inject failures (`failStart`, `failSandbox`, `failStopSandbox`),
@@ -11,9 +11,9 @@
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { Clock } from '../../src/clock.js';
 import { NodeletError } from '../../src/errors.js';
-import type { ObservedContainer, ObservedPod, ObservedSandbox } from '../../src/pods/observed.js';
-import { containerHash } from '../../src/pods/plan.js';
-import type { PodRuntime, StartSpec } from '../../src/pods/runtime-port.js';
+import type { ObservedContainer, ObservedPod, ObservedSandbox } from '../../src/pods/sync/observed.js';
+import { containerHash } from '../../src/pods/sync/plan.js';
+import type { PodRuntime, StartSpec } from '../../src/pods/cri/runtime-port.js';
 
 export class MemRuntime implements PodRuntime {
   sandboxes = new Map<string, ObservedSandbox & { uid: string; name: string; namespace: string; node?: string }>();

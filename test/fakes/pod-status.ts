@@ -1,12 +1,12 @@
 /**
- * An in-memory PodStatusApi (src/pods/status-writer.ts), the port the pod status writer
+ * An in-memory PodStatusApi (src/pods/status/status-writer.ts), the port the pod status writer
  * patches statuses and ends graceful deletions through, on MemApiObjects (api-objects.ts)
  * with the API's answers (404 for a missing pod, 409 for another pod under the name).
  * Records every write that succeeded (`patches`, `deletes`); `fail` makes every call fail
  * with it. Held to the real adapter by test/integration/controlplane/ports-contract.test.ts.
  */
 import type { NodeletError } from '../../src/errors.js';
-import type { PodStatusApi } from '../../src/pods/status-writer.js';
+import type { PodStatusApi } from '../../src/pods/status/status-writer.js';
 import { MemApiObjects } from './api-objects.js';
 
 export class MemPodStatusApi implements PodStatusApi {

@@ -29,7 +29,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Container, ContainerPort, Pod } from 'kubernetes-types/core/v1.js';
-import { containerHash } from '../../src/pods/container-hash.js';
+import { containerHash } from '../../src/pods/sync/container-hash.js';
 import type { CriClient } from '../../src/runtime/cri-client.js';
 import type { ContainerConfig, Mount, PodSandboxConfig } from '../../src/runtime/types.js';
 

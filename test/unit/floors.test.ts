@@ -27,7 +27,7 @@ const FLOORS: [RegExp, number][] = [
 ];
 
 /** Imports that go up, each with its reason (docs/architecture.md says the same). */
-const UP = new Set(['pods/termination-message.ts -> server/container-logs.ts']);
+const UP = new Set(['pods/logs/termination-message.ts -> server/container-logs.ts']);
 
 function floorOf(rel: string): number {
   const f = FLOORS.find(([re]) => re.test(rel));

@@ -17,7 +17,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../errors.js';
-import { isDnsLabel, isPodUid } from '../pod-validation.js';
+import { isDnsLabel, isPodUid } from '../sources/pod-validation.js';
 import { writeAtomically, type FileProjection } from './atomic-writer.js';
 import { downwardApiPayload } from './downward-api.js';
 

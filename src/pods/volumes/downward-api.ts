@@ -9,7 +9,7 @@
  */
 import type { DownwardAPIVolumeFile, Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../errors.js';
-import { podMetadataField, resourceFieldValue } from '../env.js';
+import { podMetadataField, resourceFieldValue } from '../cri/env.js';
 import type { FileProjection } from './atomic-writer.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;

@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
-import { LABEL_NODELET_NODE } from '../../../src/pods/labels.js';
+import { LABEL_NODELET_NODE } from '../../../src/pods/cri/labels.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { ensureContainerd } from '../../helpers/containerd.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';

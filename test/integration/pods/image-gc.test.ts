@@ -11,7 +11,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IMAGE_RECORDS_FILE } from '../../../src/pods/image-gc.js';
+import { IMAGE_RECORDS_FILE } from '../../../src/pods/images/image-gc.js';
 import { createCriClient } from '../../../src/runtime/cri-client.js';
 import { BUSYBOX_IMAGE, ensureContainerd, PAUSE_IMAGE } from '../../helpers/containerd.js';
 import { eventually, tempDir } from '../../helpers/nodelet.js';

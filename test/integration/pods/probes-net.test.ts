@@ -10,8 +10,8 @@ import type { AddressInfo } from 'node:net';
 import type { Probe } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
-import { healthCheckRequest } from '../../../src/pods/grpc-probe.js';
-import { runProbe } from '../../../src/pods/probes.js';
+import { healthCheckRequest } from '../../../src/pods/probes/grpc-probe.js';
+import { runProbe } from '../../../src/pods/probes/probes.js';
 import { execAnswer as exec, probeContainer as container, probeTarget as target } from '../../fakes/probe-exec.js';
 
 let server: http.Server;

@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { parseMountInfo } from '../../../src/pods/subpath.js';
+import { parseMountInfo } from '../../../src/pods/volumes/subpath.js';
 import { eventually, tempDir } from '../../helpers/nodelet.js';
 import { busyboxPod, runtimePods, startPodNode, type PodNode } from './harness.js';
 

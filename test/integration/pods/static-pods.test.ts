@@ -8,7 +8,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, freePort } from '../../helpers/nodelet.js';
 import https from 'node:https';
-import { decodeAllocationCheckpoint } from '../../../src/pods/allocation.js';
+import { decodeAllocationCheckpoint } from '../../../src/pods/sync/allocation.js';
 import { busyboxPod, containerLog, NODE_NAME, runtimePods, startPodNode, type PodNode } from './harness.js';
 
 let node: PodNode;

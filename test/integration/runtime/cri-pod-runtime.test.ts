@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CriPodRuntime } from '../../../src/pods/cri-pod-runtime.js';
+import { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { tempDir } from '../../helpers/nodelet.js';

@@ -1,5 +1,5 @@
 /**
- * The PodRuntime port (src/pods/runtime-port.ts), as ONE suite run against the in-memory
+ * The PodRuntime port (src/pods/cri/runtime-port.ts), as ONE suite run against the in-memory
  * fake the unit tests use (test/fakes/pod-runtime.ts) and the real adapter (CriPodRuntime)
  * on a real containerd. When one passes and the other fails, the fake lies and the pod
  * manager's unit tests built on it cannot be trusted.
@@ -8,10 +8,10 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CriPodRuntime } from '../../../src/pods/cri-pod-runtime.js';
-import type { ObservedPod } from '../../../src/pods/observed.js';
-import { containerHash } from '../../../src/pods/plan.js';
-import type { PodRuntime } from '../../../src/pods/runtime-port.js';
+import { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
+import type { ObservedPod } from '../../../src/pods/sync/observed.js';
+import { containerHash } from '../../../src/pods/sync/plan.js';
+import type { PodRuntime } from '../../../src/pods/cri/runtime-port.js';
 import { createCriClient } from '../../../src/runtime/cri-client.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 import { VirtualClock } from '../../helpers/clock.js';

@@ -24,7 +24,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { compressLog } from '../../../src/pods/log-rotation.js';
+import { compressLog } from '../../../src/pods/logs/log-rotation.js';
 import { openLog, streamLogs } from '../../../src/server/container-logs.js';
 
 let dir: string;

@@ -11,13 +11,13 @@ import { silentLogger } from '../../../src/log.js';
 import { LeaseRenewer } from '../../../src/node/lease.js';
 import { Counter, Histogram, Registry, exponentialBuckets, Collected } from '../../../src/metrics/exposition.js';
 import { Metrics, operationType } from '../../../src/metrics/kubelet.js';
-import { countingPodRuntime } from '../../../src/pods/metrics-hooks.js';
+import { countingPodRuntime } from '../../../src/pods/sync/metrics-hooks.js';
 import { renderResourceMetrics } from '../../../src/metrics/resource.js';
 import { StatsProvider, type HostReader, type StatsRuntime } from '../../../src/metrics/stats.js';
 import { requestAttributes } from '../../../src/server/auth.js';
 import { NodeletError } from '../../../src/errors.js';
-import type { ObservedPod } from '../../../src/pods/observed.js';
-import type { PodRuntime } from '../../../src/pods/runtime-port.js';
+import type { ObservedPod } from '../../../src/pods/sync/observed.js';
+import type { PodRuntime } from '../../../src/pods/cri/runtime-port.js';
 import type { Container, ContainerStats, PodSandbox } from '../../../src/runtime/types.js';
 import { VirtualClock } from '../../helpers/clock.js';
 

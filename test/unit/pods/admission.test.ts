@@ -2,8 +2,8 @@ import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { admitPod, appArmorAdmitHandler, containerCountAdmitHandler, MAX_CONTAINERS_PER_POD, podAdmitHandlers, rejectedStatus, safeSysctls, supplementalGroupsPolicyAdmitHandler, sysctlAdmitHandler, userNamespaceAdmitHandler } from '../../../src/pods/admission.js';
-import { PodManager } from '../../../src/pods/manager.js';
+import { admitPod, appArmorAdmitHandler, containerCountAdmitHandler, MAX_CONTAINERS_PER_POD, podAdmitHandlers, rejectedStatus, safeSysctls, supplementalGroupsPolicyAdmitHandler, sysctlAdmitHandler, userNamespaceAdmitHandler } from '../../../src/pods/sync/admission.js';
+import { PodManager } from '../../../src/pods/sync/manager.js';
 import { ManualClock } from '../../helpers/clock.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 

@@ -15,7 +15,7 @@ import {
   decodeAllocationCheckpoint,
   encodeAllocationCheckpoint,
   podResourceInfo,
-} from '../../../src/pods/allocation.js';
+} from '../../../src/pods/sync/allocation.js';
 import { createLogger } from '../../../src/log.js';
 
 // Upstream's fixture (pkg/kubelet/allocation/state/state_checkpoint_test.go): a checkpoint a kubelet wrote.

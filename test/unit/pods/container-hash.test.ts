@@ -3,8 +3,8 @@
  * must find the kubelet's containers unchanged (same hash), or it would restart them all.
  */
 import { describe, expect, it } from 'vitest';
-import { containerHash, fnv32a, goJsonString, hashContainer, hashedFieldsJson } from '../../../src/pods/container-hash.js';
-import { containerHash as planContainerHash } from '../../../src/pods/plan.js';
+import { containerHash, fnv32a, goJsonString, hashContainer, hashedFieldsJson } from '../../../src/pods/sync/container-hash.js';
+import { containerHash as planContainerHash } from '../../../src/pods/sync/plan.js';
 
 describe('containerHash (the kubelet HashContainer of v1.35)', () => {
   it("reproduces upstream TestHashContainer's expected value (0x8e45cbd0)", () => {

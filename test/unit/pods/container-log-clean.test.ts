@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { removeContainerLogFiles } from '../../../src/pods/log-rotation.js';
+import { removeContainerLogFiles } from '../../../src/pods/logs/log-rotation.js';
 
 const dirs: string[] = [];
 afterEach(() => {

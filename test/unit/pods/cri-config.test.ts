@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { containerConfig, sandboxConfig } from '../../../src/pods/cri-config.js';
+import { containerConfig, sandboxConfig } from '../../../src/pods/cri/cri-config.js';
 
 const pod = (hostNetwork: boolean): Pod => ({
   metadata: { name: 'web-node1', namespace: 'prod', uid: 'u-1', labels: { app: 'web' } },

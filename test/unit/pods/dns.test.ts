@@ -4,8 +4,8 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, podHostname, type NodeDns } from '../../../src/pods/dns.js';
-import { readResolvConf } from '../../../src/pods/cri-pod-runtime.js';
+import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, podHostname, type NodeDns } from '../../../src/pods/cri/dns.js';
+import { readResolvConf } from '../../../src/pods/cri/cri-pod-runtime.js';
 
 const HOST = parseResolvConf('# generated\nnameserver 192.0.2.53\nnameserver 192.0.2.54\nsearch example.com. corp.example.com .\noptions ndots:2 edns0\n');
 const NODE: NodeDns = { clusterDNS: ['10.96.0.10'], clusterDomain: 'cluster.local', resolvConf: '/etc/resolv.conf', nodeIPs: ['192.0.2.10'] };

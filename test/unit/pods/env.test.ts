@@ -1,7 +1,7 @@
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { parseQuantity } from '../../../src/config/quantity.js';
-import { containerEnv, expand } from '../../../src/pods/env.js';
+import { containerEnv, expand } from '../../../src/pods/cri/env.js';
 
 const quantity = (q: string | number) => parseQuantity(String(q)).value;
 const pod: Pod = {

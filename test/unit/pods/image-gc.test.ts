@@ -25,7 +25,7 @@ import {
   type ImageGcPolicy,
   type ImageGcRuntime,
   type ImageRecord,
-} from '../../../src/pods/image-gc.js';
+} from '../../../src/pods/images/image-gc.js';
 import type { Container, Image } from '../../../src/runtime/types.js';
 import { NodeletError } from '../../../src/errors.js';
 import { VirtualClock } from '../../helpers/clock.js';

@@ -4,8 +4,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { compressLog, LINK_SWEEP_MS, ContainerLogManager, parseLogMaxSize, planLogRotation, rotationTimestamp, type LogRotationRuntime } from '../../../src/pods/log-rotation.js';
-import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from '../../../src/pods/log-symlinks.js';
+import { compressLog, LINK_SWEEP_MS, ContainerLogManager, parseLogMaxSize, planLogRotation, rotationTimestamp, type LogRotationRuntime } from '../../../src/pods/logs/log-rotation.js';
+import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from '../../../src/pods/logs/log-symlinks.js';
 import { NodeletError } from '../../../src/errors.js';
 import { VirtualClock } from '../../helpers/clock.js';
 

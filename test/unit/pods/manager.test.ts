@@ -4,8 +4,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../../src/errors.js';
 import type { EventSink } from '../../../src/events.js';
 import { createLogger, silentLogger } from '../../../src/log.js';
-import { observedKey, PodManager } from '../../../src/pods/manager.js';
-import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
+import { observedKey, PodManager } from '../../../src/pods/sync/manager.js';
+import type { ObservedContainer, ObservedPod } from '../../../src/pods/sync/observed.js';
 import { ManualClock, VirtualClock } from '../../helpers/clock.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 

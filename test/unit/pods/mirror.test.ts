@@ -2,7 +2,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { MirrorPods, mirrorOwnerUid, mirrorPodOf, planMirrorPods } from '../../../src/pods/mirror.js';
+import { MirrorPods, mirrorOwnerUid, mirrorPodOf, planMirrorPods } from '../../../src/pods/status/mirror.js';
 import { MemMirrorPodApi } from '../../fakes/mirror-pods.js';
 import { ManualClock } from '../../helpers/clock.js';
 

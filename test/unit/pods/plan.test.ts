@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { backoffMs, backoffPolicy, computePodActions, containerHash } from '../../../src/pods/plan.js';
-import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
+import { backoffMs, backoffPolicy, computePodActions, containerHash } from '../../../src/pods/sync/plan.js';
+import type { ObservedContainer, ObservedPod } from '../../../src/pods/sync/observed.js';
 
 const app = { name: 'app', image: 'docker.io/local/busybox:latest' };
 const pod = (spec: Partial<NonNullable<Pod['spec']>> = {}): Pod => ({

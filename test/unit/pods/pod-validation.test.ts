@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isDnsLabel, isDnsSubdomain, isPodUid, validatePodManifest } from '../../../src/pods/pod-validation.js';
+import { isDnsLabel, isDnsSubdomain, isPodUid, validatePodManifest } from '../../../src/pods/sources/pod-validation.js';
 
 type Doc = Record<string, any>;
 

@@ -1,7 +1,7 @@
 import type { Container, Pod, Probe } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/log.js';
-import { ProbeManager, runProbe, type ExecFn } from '../../../src/pods/probes.js';
+import { ProbeManager, runProbe, type ExecFn } from '../../../src/pods/probes/probes.js';
 import { ManualClock, VirtualClock } from '../../helpers/clock.js';
 import { execAnswer as exec, probeTarget as target } from '../../fakes/probe-exec.js';
 

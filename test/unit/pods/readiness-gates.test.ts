@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import type { ObservedPod } from '../../../src/pods/observed.js';
-import { containerHash } from '../../../src/pods/plan.js';
-import { computePodStatus } from '../../../src/pods/status.js';
+import type { ObservedPod } from '../../../src/pods/sync/observed.js';
+import { containerHash } from '../../../src/pods/sync/plan.js';
+import { computePodStatus } from '../../../src/pods/status/status.js';
 
 const app = { name: 'app', image: 'busybox' };
 const running: ObservedPod = {

@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
-import { checkLocalhostProfile, profileProblems, resolveSeccomp } from '../../../src/pods/seccomp.js';
+import { checkLocalhostProfile, profileProblems, resolveSeccomp } from '../../../src/pods/cri/seccomp.js';
 
 const root = '/var/lib/kubelet';
 const pod = (podProfile?: object): Pod => ({ metadata: { name: 'p', uid: 'u' }, spec: { containers: [], ...(podProfile ? { securityContext: { seccompProfile: podProfile as never } } : {}) } });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
-import { containerConfig, sandboxConfig } from '../../../src/pods/cri-config.js';
+import { containerConfig, sandboxConfig } from '../../../src/pods/cri/cri-config.js';
 import {
   containerSecurityContext,
   DEFAULT_MASKED_PATHS,
@@ -9,7 +9,7 @@ import {
   normalizeSysctlName,
   runAsNonRootProblem,
   sandboxSecurityContext,
-} from '../../../src/pods/security-context.js';
+} from '../../../src/pods/cri/security-context.js';
 
 const NS = { network: 'POD', pid: 'CONTAINER', ipc: 'POD' };
 const RD = { profileType: 'RuntimeDefault' };

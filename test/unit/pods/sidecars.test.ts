@@ -8,11 +8,11 @@
 import { describe, expect, it } from 'vitest';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { silentLogger } from '../../../src/log.js';
-import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
-import { computePodActions, containerHash } from '../../../src/pods/plan.js';
-import type { PodRuntime } from '../../../src/pods/runtime-port.js';
-import { computePodStatus } from '../../../src/pods/status.js';
-import { killPod, type StepContext } from '../../../src/pods/sync-steps.js';
+import type { ObservedContainer, ObservedPod } from '../../../src/pods/sync/observed.js';
+import { computePodActions, containerHash } from '../../../src/pods/sync/plan.js';
+import type { PodRuntime } from '../../../src/pods/cri/runtime-port.js';
+import { computePodStatus } from '../../../src/pods/status/status.js';
+import { killPod, type StepContext } from '../../../src/pods/sync/sync-steps.js';
 import { ManualClock } from '../../helpers/clock.js';
 
 const T = 1_000_000;

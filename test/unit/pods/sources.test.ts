@@ -1,6 +1,6 @@
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
-import { PodSources, runnableApiPods } from '../../../src/pods/sources.js';
+import { PodSources, runnableApiPods } from '../../../src/pods/sources/sources.js';
 
 const pod = (uid: string, extra: Partial<Pod> = {}): Pod => ({ metadata: { name: uid, namespace: 'default', uid }, spec: { nodeName: 'n1', containers: [] }, ...extra });
 

@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { silentLogger, type Logger } from '../../../src/log.js';
-import { podFromManifest, StaticPodSource } from '../../../src/pods/static-source.js';
+import { podFromManifest, StaticPodSource } from '../../../src/pods/sources/static-source.js';
 
 const yaml = (name: string, extra = '') => `apiVersion: v1
 kind: Pod

@@ -2,7 +2,7 @@ import type { Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { PodStatusWriter, sameJson } from '../../../src/pods/status-writer.js';
+import { PodStatusWriter, sameJson } from '../../../src/pods/status/status-writer.js';
 import { MemPodStatusApi } from '../../fakes/pod-status.js';
 import { settle, VirtualClock } from '../../helpers/clock.js';
 

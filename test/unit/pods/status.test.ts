@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Pod } from 'kubernetes-types/core/v1.js';
-import { computePodStatus, qosClass } from '../../../src/pods/status.js';
-import type { ObservedContainer, ObservedPod } from '../../../src/pods/observed.js';
+import { computePodStatus, qosClass } from '../../../src/pods/status/status.js';
+import type { ObservedContainer, ObservedPod } from '../../../src/pods/sync/observed.js';
 
 const T = Date.parse('2026-11-22T10:00:00Z');
 const pod = (restartPolicy = 'Always', extra: Partial<NonNullable<Pod['spec']>> = {}): Pod => ({

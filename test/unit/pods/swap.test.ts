@@ -1,8 +1,8 @@
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { parseQuantity } from '../../../src/config/quantity.js';
-import { containerConfig } from '../../../src/pods/cri-config.js';
-import { calcSwapForBurstable, containerSwapBehavior, isCriticalPod, type NodeSwap } from '../../../src/pods/swap.js';
+import { containerConfig } from '../../../src/pods/cri/cri-config.js';
+import { calcSwapForBurstable, containerSwapBehavior, isCriticalPod, type NodeSwap } from '../../../src/pods/cri/swap.js';
 
 const GB = 1024 ** 3;
 const quantity = (q: string | number) => parseQuantity(String(q)).value;

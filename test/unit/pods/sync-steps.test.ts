@@ -8,8 +8,8 @@ import { NodeletError } from '../../../src/errors.js';
 import type { ObjectReference } from 'kubernetes-types/core/v1.js';
 import type { EventSink } from '../../../src/events.js';
 import { silentLogger } from '../../../src/log.js';
-import type { ObservedPod } from '../../../src/pods/observed.js';
-import { computePodActions, type PodActions, type Waiting } from '../../../src/pods/plan.js';
+import type { ObservedPod } from '../../../src/pods/sync/observed.js';
+import { computePodActions, type PodActions, type Waiting } from '../../../src/pods/sync/plan.js';
 import {
   addProbeKills,
   collectGarbage,
@@ -21,8 +21,8 @@ import {
   reportBackOffs,
   startContainers,
   type StepContext,
-} from '../../../src/pods/sync-steps.js';
-import { PodWorker, STEP_BACKOFF } from '../../../src/pods/worker.js';
+} from '../../../src/pods/sync/sync-steps.js';
+import { PodWorker, STEP_BACKOFF } from '../../../src/pods/sync/worker.js';
 import { ManualClock } from '../../helpers/clock.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 

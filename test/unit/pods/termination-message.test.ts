@@ -10,7 +10,7 @@ import {
   terminationMessage,
   utf8Prefix,
   type ExitedContainer,
-} from '../../../src/pods/termination-message.js';
+} from '../../../src/pods/logs/termination-message.js';
 import { tempDir } from '../../helpers/nodelet.js';
 
 const dir = tempDir('nodelet-termination-message-');

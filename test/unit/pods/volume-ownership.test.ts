@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { needsOwnership, setVolumeOwnership } from '../../../src/pods/volume-ownership.js';
+import { needsOwnership, setVolumeOwnership } from '../../../src/pods/volumes/volume-ownership.js';
 import { tempDir } from '../../helpers/nodelet.js';
 
 // chown to another group needs root (the node agent runs as root).

@@ -5,8 +5,8 @@ import path from 'node:path';
 import type { Container, Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
-import { parseMountInfo, subPathComponents, type Mounter, MEMORY_VOLUME_SOURCE, tmpfsMountsOf } from '../../../src/pods/subpath.js';
-import { containerMounts, emptyDirPath, podDir, removePodDir, removePodLogDirs } from '../../../src/pods/volumes.js';
+import { parseMountInfo, subPathComponents, type Mounter, MEMORY_VOLUME_SOURCE, tmpfsMountsOf } from '../../../src/pods/volumes/subpath.js';
+import { containerMounts, emptyDirPath, podDir, removePodDir, removePodLogDirs } from '../../../src/pods/volumes/volumes.js';
 import { rejection } from '../../helpers/errors.js';
 
 let tmp: string;

@@ -8,7 +8,7 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/clock.js';
 import { VirtualClock } from '../../helpers/clock.js';
-import { compressLog } from '../../../src/pods/log-rotation.js';
+import { compressLog } from '../../../src/pods/logs/log-rotation.js';
 import { CriLogDecoder, CriLogLines, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, ROTATION_GRACE_POLLS, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
 
 

@@ -1,0 +1,585 @@
+/**
+ * PodRuntime over the CRI client: the edge where pod workers' intents become CRI calls and
+ * CRI answers become ObservedPods. Everything observed is read back from the runtime by
+ * the kubelet's labels, so a restarted nodelet sees exactly what it left.
+ *
+ * Waiting reasons (details.reason on thrown errors), as the kubelet names them:
+ * ErrImagePull / ErrImageNeverPull (image), CreateContainerConfigError (the pod spec
+ * cannot be turned into a config, e.g. a Localhost profile without a name),
+ * CreateContainerError (the runtime or a Localhost profile refused creation),
+ * RunContainerError (the runtime could not start a created container).
+ *
+ * Network: a pod with its own network gets its IPs from its sandbox (PodSandboxStatus,
+ * `network.ip` then `additional_ips`), read once per sandbox; they go into ObservedPod
+ * (for status.podIP), the downward API and the kubelet-managed /etc/hosts, written to
+ * `<root-dir>/pods/<uid>/etc-hosts` at each container creation and mounted at /etc/hosts
+ * (not in a container that mounts its own). The sandbox's DNS follows dnsPolicy (dns.ts)
+ * over the host's resolvConf, read bounded and never from anything but a regular file.
+ *
+ * Termination messages (termination-message.ts): each container instance gets an empty
+ * file under `<root-dir>/pods/<uid>/containers/<name>/` mounted at its
+ * `terminationMessagePath`; an exited container's message is read back once, when its
+ * exited ContainerStatus is first seen, from the host path of that mount.
+ */
+import { constants as fsc } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
+import { parseQuantity } from '../../config/quantity.js';
+import { NodeletError, errorMessage } from '../../errors.js';
+import { nodeRef, podRef, type EventSink } from '../../events.js';
+import { silentLogger, type Logger } from '../../log.js';
+import type { CriClient } from '../../runtime/cri-client.js';
+import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../../runtime/types.js';
+import { containerConfig, sandboxConfig } from './cri-config.js';
+import * as K from './labels.js'; // K.LABEL_* / K.ANN_*: the kubelet's label and annotation names
+import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, RESOLV_CONF_MAX_BYTES, type DnsWarning, type HostDns } from './dns.js';
+import { isDnsLabel } from '../sources/pod-validation.js';
+import type { ObservedContainer, ObservedContainerState, ObservedPod } from '../sync/observed.js';
+import type { PodRuntime, StartSpec } from './runtime-port.js';
+import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
+import { imageUser, runAsNonRootProblem, type ImageUser } from './security-context.js';
+import type { Mounter } from '../volumes/subpath.js';
+import type { NodeSwap } from './swap.js';
+import { writeFileAtomic, type ImagePullRecords } from '../../system/root-dir.js';
+import { containerResources, podResourceInfo, type AllocationRecords } from '../sync/allocation.js';
+import { isApiDataVolume, refreshApiDataVolumes } from '../volumes/api-data.js';
+import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from '../volumes/volumes.js';
+import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from '../logs/log-symlinks.js';
+import { removeContainerLogFiles } from '../logs/log-rotation.js';
+import { createTerminationLogFile, DEFAULT_TERMINATION_MESSAGE_PATH, terminationMessage } from '../logs/termination-message.js';
+
+export interface CriPodRuntimeOptions {
+  cri: CriClient;
+  rootDir: string;
+  /** podLogsDir: container logs go to `<podLogsDir>/<ns>_<name>_<uid>/<container>/<n>.log`. */
+  podLogsDir: string;
+  seccompDefault: boolean;
+  clusterDNS?: string[];
+  clusterDomain?: string;
+  /** The host's resolver config for `Default` DNS (the kubelet's resolvConf); '' = none. Default /etc/resolv.conf. */
+  resolvConf?: string;
+  /** For the downward API in env (spec.nodeName, status.hostIP, a hostNetwork pod's status.podIP). */
+  nodeName?: string;
+  hostIP?: string;
+  /** Mounts for subPath binds; default the host's (util-linux mount). */
+  mounter?: Mounter;
+  /** The kubelet's DNS warnings (MissingClusterDNS, DNSConfigForming) go here as events and logs. */
+  events?: EventSink;
+  logger?: Logger;
+  /** The node's swap (memorySwap.swapBehavior and host facts): containers' swap limits (swap.ts). */
+  swap?: NodeSwap;
+  /** Image pull records under <root-dir>/image_manager (root-dir.ts); unset: none written. */
+  imageRecords?: Pick<ImagePullRecords, 'pulling' | 'pulled' | 'failed'>;
+  /** Where the kubelet's `<pod>_<ns>_<container>-<id>.log` links to live logs go (log-symlinks.ts); unset: none made. */
+  containerLogDir?: string;
+  /** `allocated_pods_state` and `actuated_pods_state` under the root dir (allocation.ts); unset: none kept. */
+  allocation?: AllocationRecords;
+}
+
+/**
+ * The host's resolv.conf, parsed. Opened non-blocking and required to be a regular file (a
+ * FIFO or a device there never blocks the event loop), read up to RESOLV_CONF_MAX_BYTES; a
+ * bigger file is refused. '' gives an empty config. Errors name the file.
+ */
+export async function readResolvConf(file: string): Promise<HostDns> {
+  if (file === '') return { servers: [], searches: [], options: [] };
+  const fail = (why: string, cause?: unknown): never => {
+    throw new NodeletError('INVALID_ARGUMENT', `resolvConf ${file}: ${why}`, { param: 'resolvConf', file }, cause ? { cause } : undefined);
+  };
+  let h: fs.FileHandle;
+  try {
+    h = await fs.open(file, fsc.O_RDONLY | fsc.O_NONBLOCK | fsc.O_NOCTTY);
+  } catch (err) {
+    return fail(`cannot open: ${errorMessage(err)}`, err);
+  }
+  try {
+    if (!(await h.stat()).isFile()) fail('not a regular file');
+    const buf = Buffer.alloc(RESOLV_CONF_MAX_BYTES + 1);
+    let n = 0;
+    for (;;) {
+      const { bytesRead } = await h.read(buf, n, buf.length - n, null);
+      if (bytesRead === 0) break;
+      n += bytesRead;
+      if (n > RESOLV_CONF_MAX_BYTES) fail(`larger than ${RESOLV_CONF_MAX_BYTES} bytes`);
+    }
+    return parseResolvConf(buf.subarray(0, n).toString('utf8'));
+  } finally {
+    await h.close();
+  }
+}
+
+const STATE: Record<ContainerState, ObservedContainerState> = {
+  CONTAINER_CREATED: 'created',
+  CONTAINER_RUNNING: 'running',
+  CONTAINER_EXITED: 'exited',
+  CONTAINER_UNKNOWN: 'unknown',
+};
+
+const nsToMs = (ns: number) => (ns > 0 ? Math.floor(ns / 1e6) : undefined);
+
+/** The same entry objects, in any order (the runtime lists in no fixed order). */
+function sameEntries(a: readonly object[], b: readonly object[]): boolean {
+  if (a.length !== b.length) return false;
+  // In order (the usual case) without a set; otherwise a set, never a search per entry
+  // (quadratic: a pod may have ~45,000 containers, and this runs at every relist).
+  if (a.every((x, i) => x === b[i])) return true;
+  const inA = new Set(a);
+  return b.every((x) => inA.has(x));
+}
+
+function withReason(err: unknown, reason: string, prefix: string): NodeletError {
+  if (err instanceof NodeletError && typeof err.details.reason === 'string') return err;
+  const code = err instanceof NodeletError ? err.code : 'INTERNAL';
+  return new NodeletError(code, `${prefix}: ${errorMessage(err)}`, { reason }, { cause: err });
+}
+
+function ignoreNotFound(err: unknown): void {
+  if (err instanceof NodeletError && err.code === 'NOT_FOUND') return;
+  throw err;
+}
+
+type CriContainerStatus = Awaited<ReturnType<CriClient['containerStatus']>>;
+/** A ContainerStatus answer with the message nodelet shows for it (an exited container's includes its termination message). */
+interface KnownStatus {
+  listed: ContainerState;
+  st: CriContainerStatus;
+  message: string;
+}
+
+export class CriPodRuntime implements PodRuntime {
+  readonly #o: CriPodRuntimeOptions;
+  #runtimeName = 'containerd';
+  /**
+   * ContainerStatus answers by container ID, with the state ListContainers reported when
+   * they were read. What ContainerStatus adds (start and finish times, exit code, reason)
+   * does not change while the state stays the same, so a relist asks only about containers
+   * that are new or changed state: the kubelet's PLEG idea, on ListContainers' states.
+   * An exited container's termination message is read once, with its exited status.
+   */
+  readonly #statuses = new Map<string, KnownStatus>();
+  /** A ready sandbox's IPs do not change for its life: asked once (PodSandboxStatus), forgotten with it. */
+  readonly #sandboxIPs = new Map<string, string[]>();
+  /**
+   * Each pod's last observation from the relist, with the list entries it was built from.
+   * The CRI client hands back an unchanged list entry as the same object (list-decoder.ts),
+   * so while a pod's entries are the same objects, and its observation was built wholly from
+   * the caches above, the observation is the same too: kept, and the same object handed to
+   * the pod manager (which then knows at once that nothing changed).
+   */
+  readonly #relisted = new Map<string, { sandboxes: readonly object[]; containers: readonly object[]; observed: ObservedPod }>();
+  readonly #log: Logger;
+
+  constructor(o: CriPodRuntimeOptions) {
+    this.#o = o;
+    this.#log = o.logger ?? silentLogger();
+  }
+
+  /** Learns the runtime's name (for `containerd://<id>` container IDs in status). */
+  async init(): Promise<void> {
+    try {
+      this.#runtimeName = (await this.#o.cri.version()).runtimeName || this.#runtimeName;
+    } catch {
+      // Keeps the default until the runtime answers; RuntimeHealth reports the outage.
+    }
+  }
+
+  runtimeName(): string {
+    return this.#runtimeName;
+  }
+
+  #logDirectory(pod: Pod): string {
+    const m = pod.metadata!;
+    // Checked names only: an API pod's name and UID become a path under podLogsDir.
+    return podLogDir(this.#o.podLogsDir, m.namespace ?? 'default', m.name ?? '', m.uid ?? '');
+  }
+
+  /** The pod's DNS over the host's resolv.conf (read at each sandbox, as the kubelet does). */
+  async #dnsConfig(pod: Pod): Promise<{ config: DNSConfig; warnings: DnsWarning[] }> {
+    const resolvConf = this.#o.resolvConf ?? '/etc/resolv.conf';
+    const host = await readResolvConf(resolvConf);
+    return podDnsConfig(pod, { clusterDNS: this.#o.clusterDNS ?? [], clusterDomain: this.#o.clusterDomain ?? '', resolvConf, nodeIPs: this.#o.hostIP ? [this.#o.hostIP] : [] }, host);
+  }
+
+  async #sandboxConfig(pod: Pod, attempt: number, warn = false): Promise<PodSandboxConfig> {
+    const dns = await this.#dnsConfig(pod);
+    if (warn) {
+      for (const w of dns.warnings) {
+        this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, reason: w.reason }, w.message);
+        this.#o.events?.emit(podRef(pod), 'Warning', w.reason, w.node ? `pod: "${pod.metadata?.name}_${pod.metadata?.namespace ?? 'default'}(${pod.metadata?.uid})". ${w.message}` : w.message);
+        if (w.node && this.#o.nodeName) this.#o.events?.emit(nodeRef(this.#o.nodeName), 'Warning', w.reason, w.message);
+      }
+    }
+    return sandboxConfig(pod, attempt, {
+      logDirectory: this.#logDirectory(pod),
+      dnsConfig: dns.config,
+      ...(this.#o.clusterDomain ? { clusterDomain: this.#o.clusterDomain } : {}),
+      ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
+    }) as unknown as PodSandboxConfig;
+  }
+
+  async refreshVolumes(pod: Pod): Promise<void> {
+    if (!pod.spec?.volumes?.some(isApiDataVolume)) return;
+    for (const problem of await refreshApiDataVolumes(this.#o.rootDir, pod, (q) => parseQuantity(String(q)).value)) {
+      this.#log.warn({ pod: `${pod.metadata?.namespace}/${pod.metadata?.name}` }, `cannot update a volume of the pod: ${problem}`);
+    }
+  }
+
+  sandboxIPs(id: string): Promise<string[]> {
+    return this.#podIPs(id);
+  }
+
+  /** The sandbox's IPs (network.ip, then additional_ips); [] for a hostNetwork or gone sandbox. */
+  async #podIPs(sandboxId: string): Promise<string[]> {
+    const known = this.#sandboxIPs.get(sandboxId);
+    if (known) return known;
+    const st = await this.#o.cri.podSandboxStatus(sandboxId).catch((err) => {
+      ignoreNotFound(err);
+      return undefined;
+    });
+    if (!st || st.state !== 'SANDBOX_READY') return [];
+    const ips = [st.network?.ip ?? '', ...(st.network?.additionalIps ?? []).map((a) => a.ip)].filter((ip) => ip !== '');
+    // Remembered even when empty: a hostNetwork sandbox has none, and asking again every sync cost a PodSandboxStatus per pod per second.
+    this.#sandboxIPs.set(sandboxId, ips);
+    return ips;
+  }
+
+  async listPods(): Promise<ObservedPod[]> {
+    const [sandboxes, containers] = await Promise.all([this.#o.cri.listPodSandbox(), this.#o.cri.listContainers()]);
+    // A full list: forget the statuses of containers the runtime no longer has.
+    const ids = new Set(containers.map((c) => c.id));
+    for (const id of this.#statuses.keys()) if (!ids.has(id)) this.#statuses.delete(id);
+    const sandboxIds = new Set(sandboxes.map((s) => s.id));
+    for (const id of this.#sandboxIPs.keys()) if (!sandboxIds.has(id)) this.#sandboxIPs.delete(id);
+    // Grouped by pod once (each pod filtering the whole list was quadratic: 110 pods, 330
+    // entries, every second).
+    const byUid = new Map<string, { sandboxes: typeof sandboxes; containers: typeof containers }>();
+    const group = (uid: string) => {
+      let g = byUid.get(uid);
+      if (!g) byUid.set(uid, (g = { sandboxes: [], containers: [] }));
+      return g;
+    };
+    for (const s of sandboxes) if (s.labels[K.LABEL_POD_UID]) group(s.labels[K.LABEL_POD_UID]).sandboxes.push(s);
+    for (const c of containers) if (c.labels[K.LABEL_POD_UID]) group(c.labels[K.LABEL_POD_UID]).containers.push(c);
+    for (const uid of this.#relisted.keys()) if (!byUid.has(uid)) this.#relisted.delete(uid);
+    const out: (ObservedPod | Promise<ObservedPod>)[] = [];
+    for (const [uid, g] of byUid) {
+      const kept = this.#relisted.get(uid);
+      if (kept && sameEntries(kept.sandboxes, g.sandboxes) && sameEntries(kept.containers, g.containers)) out.push(kept.observed);
+      else out.push(this.#observeListed(uid, g.sandboxes, g.containers));
+    }
+    return Promise.all(out);
+  }
+
+  /** A pod's observation from the relist's entries, kept for the next relist when nothing in it came from outside the caches. */
+  async #observeListed(uid: string, sandboxes: Awaited<ReturnType<CriClient['listPodSandbox']>>, containers: Awaited<ReturnType<CriClient['listContainers']>>): Promise<ObservedPod> {
+    this.#relisted.delete(uid);
+    const observed = await this.#observe(uid, sandboxes, containers);
+    // Kept only when every container's status is cached for the state listed (none caught
+    // mid-transition, none gone between list and status) and every ready sandbox's IPs are known.
+    const complete =
+      containers.every((c) => this.#statuses.get(c.id)?.listed === c.state) &&
+      sandboxes.every((sb) => sb.state !== 'SANDBOX_READY' || this.#sandboxIPs.has(sb.id));
+    if (complete) this.#relisted.set(uid, { sandboxes, containers, observed });
+    return observed;
+  }
+
+  async observePod(uid: string): Promise<ObservedPod> {
+    const sel = { labelSelector: { [K.LABEL_POD_UID]: uid } };
+    const [sandboxes, containers] = await Promise.all([this.#o.cri.listPodSandbox(sel), this.#o.cri.listContainers(sel)]);
+    return this.#observe(uid, sandboxes, containers);
+  }
+
+  async #observe(
+    uid: string,
+    allSandboxes: Awaited<ReturnType<CriClient['listPodSandbox']>>,
+    allContainers: Awaited<ReturnType<CriClient['listContainers']>>,
+  ): Promise<ObservedPod> {
+    const sandboxes = allSandboxes.filter((s) => s.labels[K.LABEL_POD_UID] === uid);
+    const list = allContainers.filter((c) => c.labels[K.LABEL_POD_UID] === uid);
+    const containers: ObservedContainer[] = [];
+    for (const c of list) {
+      // Exit code, start/finish times and reason are only in ContainerStatus (cached while the state holds).
+      const cached = this.#statuses.get(c.id);
+      const known = cached && cached.listed === c.state ? cached : await this.#containerStatus(c.id, c.state);
+      if (!known) continue;
+      const { st, message } = known;
+      containers.push({
+        id: c.id,
+        name: c.labels[K.LABEL_CONTAINER_NAME] ?? c.metadata.name,
+        podSandboxId: c.podSandboxId,
+        attempt: c.metadata.attempt,
+        state: STATE[st.state],
+        restartCount: Number(c.annotations[K.ANN_RESTART_COUNT] ?? c.metadata.attempt) || 0,
+        hash: c.annotations[K.ANN_CONTAINER_HASH] ?? '',
+        image: c.image?.image ?? st.image?.image ?? '',
+        imageRef: st.imageRef || c.imageRef,
+        createdAt: nsToMs(st.createdAt) ?? 0,
+        ...(nsToMs(st.startedAt) !== undefined ? { startedAt: nsToMs(st.startedAt)! } : {}),
+        ...(nsToMs(st.finishedAt) !== undefined ? { finishedAt: nsToMs(st.finishedAt)! } : {}),
+        ...(st.state === 'CONTAINER_EXITED' ? { exitCode: st.exitCode } : {}),
+        ...(st.reason ? { reason: st.reason } : {}),
+        ...(message ? { message } : {}),
+      });
+    }
+    const labels = sandboxes[0]?.labels ?? list[0]?.labels ?? {};
+    const grace = list.map((c) => Number(c.annotations[K.ANN_GRACE_PERIOD])).find((g) => Number.isFinite(g) && g >= 0);
+    const node = sandboxes.map((s) => s.labels[K.LABEL_NODELET_NODE]).find((n) => n !== undefined && n !== '');
+    return {
+      uid,
+      name: labels[K.LABEL_POD_NAME] ?? sandboxes[0]?.metadata.name ?? '',
+      namespace: labels[K.LABEL_POD_NAMESPACE] ?? sandboxes[0]?.metadata.namespace ?? 'default',
+      sandboxes: await Promise.all(
+        sandboxes.map(async (s) => {
+          const ready = s.state === 'SANDBOX_READY';
+          const ips = ready ? (this.#sandboxIPs.get(s.id) ?? (await this.#podIPs(s.id))) : [];
+          return { id: s.id, attempt: s.metadata.attempt, ready, createdAt: nsToMs(s.createdAt) ?? 0, ...(ips.length ? { ips } : {}) };
+        }),
+      ),
+      containers,
+      ...(grace !== undefined ? { gracePeriodSeconds: grace } : {}),
+      ...(node !== undefined ? { node, ...(this.#o.nodeName && node !== this.#o.nodeName ? { foreign: true } : {}) } : {}),
+    };
+  }
+
+  async #containerStatus(id: string, listed: ContainerState): Promise<KnownStatus | undefined> {
+    const cached = this.#statuses.get(id);
+    if (cached && cached.listed === listed) return cached;
+    const st = await this.#o.cri.containerStatus(id).catch((err) => {
+      ignoreNotFound(err);
+      return undefined; // removed between list and status
+    });
+    if (!st) {
+      this.#statuses.delete(id);
+      return undefined;
+    }
+    const known: KnownStatus = { listed, st, message: st.state === 'CONTAINER_EXITED' ? await this.#terminationMessage(st) : st.message };
+    // Kept only when both calls agree on the state (not caught mid-transition) and it is a known one.
+    if (st.state === listed && listed !== 'CONTAINER_UNKNOWN') this.#statuses.set(id, known);
+    else this.#statuses.delete(id);
+    return known;
+  }
+
+  /** An exited container's message: the runtime's, then its termination-log file or its log's end (termination-message.ts). */
+  #terminationMessage(st: CriContainerStatus): Promise<string> {
+    return terminationMessage({
+      exitCode: st.exitCode,
+      reason: st.reason,
+      message: st.message,
+      terminationMessagePath: st.annotations[K.ANN_TERMINATION_MESSAGE_PATH],
+      terminationMessagePolicy: st.annotations[K.ANN_TERMINATION_MESSAGE_POLICY],
+      mounts: st.mounts ?? [],
+      logPath: st.logPath,
+    });
+  }
+
+  /**
+   * A pod found running (nodelet restarted): its `allocated_pods_state` entry and its running
+   * containers' `actuated_pods_state` entries are written again where missing (the files were
+   * rebuilt empty after a crash or a corruption), as a kubelet re-admits every pod at start.
+   * Writes only what is missing; a write failure is logged by the record, never the pod's.
+   */
+  async adopted(pod: Pod, observed: ObservedPod): Promise<void> {
+    const a = this.#o.allocation;
+    const uid = pod.metadata?.uid ?? '';
+    if (!a || !uid || !observed.sandboxes.some((s) => s.ready)) return;
+    if (!a.allocated.get(uid)) await a.allocated.setPod(uid, podResourceInfo(pod));
+    // By name, the first of each, as a search would find it (a search per container was quadratic).
+    const specs = new Map<string, Container>();
+    for (const s of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) if (!specs.has(s.name)) specs.set(s.name, s);
+    for (const c of observed.containers) {
+      const spec = c.state === 'running' ? specs.get(c.name) : undefined;
+      if (spec && !a.actuated.get(uid)?.ContainerResources[c.name]) await a.actuated.setContainer(uid, c.name, containerResources(spec));
+    }
+  }
+
+  async runSandbox(pod: Pod, attempt: number): Promise<string> {
+    let cfg: PodSandboxConfig;
+    try {
+      cfg = await this.#sandboxConfig(pod, attempt, true);
+    } catch (err) {
+      throw withReason(err, 'CreatePodSandboxError', 'cannot make the pod sandbox config');
+    }
+    await fs.mkdir(cfg.logDirectory!, { recursive: true, mode: 0o755 });
+    // Admitted: what the pod is allocated is recorded before it runs (a write failure is logged, never the pod's).
+    await this.#o.allocation?.allocated.setPod(pod.metadata?.uid ?? '', podResourceInfo(pod));
+    try {
+      return await this.#o.cri.runPodSandbox(cfg);
+    } catch (err) {
+      throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod sandbox');
+    }
+  }
+
+  async stopSandbox(id: string): Promise<void> {
+    await this.#o.cri.stopPodSandbox(id).catch(ignoreNotFound);
+  }
+
+  async removeSandbox(id: string): Promise<void> {
+    await this.#o.cri.removePodSandbox(id);
+  }
+
+  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean> {
+    const image = c.image!;
+    const policy = c.imagePullPolicy ?? 'IfNotPresent';
+    if (policy !== 'Always') {
+      let present: boolean;
+      try {
+        present = (await this.#o.cri.imageStatus(image)) !== undefined;
+      } catch (err) {
+        throw withReason(err, 'ErrImagePull', `cannot check image "${image}"`);
+      }
+      if (present) return false;
+      if (policy === 'Never') {
+        throw new NodeletError('NOT_FOUND', `container image "${image}" is not present with pull policy of Never`, { reason: 'ErrImageNeverPull' });
+      }
+    }
+    const records = this.#o.imageRecords;
+    try {
+      const ref = await gate(async () => {
+        await records?.pulling(image);
+        return this.#o.cri.pullImage(image);
+      });
+      await records?.pulled(image, ref);
+    } catch (err) {
+      await records?.failed(image);
+      throw withReason(err, 'ErrImagePull', `failed to pull image "${image}"`);
+    }
+    return true;
+  }
+
+  async startContainer(s: StartSpec): Promise<string> {
+    const { pod, container } = s;
+    // The name becomes a path element (the log directory, subPath binds): an API pod's is checked here.
+    if (!isDnsLabel(container.name)) throw new NodeletError('INVALID_ARGUMENT', `container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`, { reason: 'CreateContainerConfigError' });
+    const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
+    if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name, seccompDir(this.#o.rootDir));
+    // As the kubelet: the image's user (ImageStatus) is who the container runs as unless
+    // runAsUser says otherwise, and what runAsNonRoot is checked against.
+    let user: ImageUser;
+    try {
+      user = imageUser(await this.#o.cri.imageStatus(container.image!));
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `cannot read the user of image "${container.image}"`);
+    }
+    const nonRoot = runAsNonRootProblem(pod, container, user);
+    if (nonRoot) throw new NodeletError('INVALID_ARGUMENT', nonRoot, { reason: 'CreateContainerConfigError' });
+    // The sandbox exists before its containers: its IPs are known for env and /etc/hosts.
+    const podIPs = pod.spec?.hostNetwork ? [] : await this.#podIPs(s.sandboxId);
+    let config: ContainerConfig;
+    try {
+      config = containerConfig(pod, container, {
+        restartCount: s.restartCount,
+        seccomp,
+        imageUser: user,
+        quantity: (q) => parseQuantity(String(q)).value,
+        ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
+        ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
+        ...(podIPs.length ? { podIPs } : {}),
+        ...(this.#o.swap ? { swap: this.#o.swap } : {}),
+      }) as unknown as ContainerConfig;
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
+    }
+    try {
+      // Set up at every creation: subPath binds are redone from the volume as it is now.
+      const env = new Map((config.envs ?? []).map((e) => [e.key, e.value] as const));
+      config.mounts = await containerMounts(pod, container, this.#o.rootDir, { env, ...(this.#o.mounter ? { mounter: this.#o.mounter } : {}) });
+      if (podIPs.length && !mountsOwnEtcHosts(container)) {
+        config.mounts.push({ containerPath: '/etc/hosts', hostPath: await this.#writeHostsFile(pod, podIPs), readonly: false });
+      }
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
+    }
+    // The termination-log file, new for each instance, as the kubelet's (which, too, runs the container without it when it cannot be made).
+    const messagePath = container.terminationMessagePath ?? DEFAULT_TERMINATION_MESSAGE_PATH;
+    if (messagePath !== '') {
+      try {
+        config.mounts.push({ containerPath: messagePath, hostPath: await createTerminationLogFile(this.#o.rootDir, pod.metadata?.uid ?? '', container.name), readonly: false });
+      } catch (err) {
+        this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, container: container.name, err: errorMessage(err) }, `cannot create the termination-log file of container ${container.name}: ${errorMessage(err)}`);
+      }
+    }
+    let sandboxCfg: PodSandboxConfig;
+    try {
+      sandboxCfg = await this.#sandboxConfig(pod, s.sandboxAttempt);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: the pod sandbox config`);
+    }
+    await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
+    let id: string;
+    try {
+      id = await this.#o.cri.createContainer(s.sandboxId, config, sandboxCfg);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerError', 'failed to create the container');
+    }
+    try {
+      await this.#o.cri.startContainer(id);
+    } catch (err) {
+      throw withReason(err, 'RunContainerError', 'failed to start the container');
+    }
+    await this.#o.allocation?.actuated.setContainer(pod.metadata?.uid ?? '', container.name, containerResources(container));
+    if (this.#o.containerLogDir !== undefined && config.logPath) {
+      const link = containerLogSymlink(this.#o.containerLogDir, pod.metadata?.name ?? '', pod.metadata?.namespace ?? 'default', container.name, id);
+      await createLogSymlink(link, path.join(sandboxCfg.logDirectory!, config.logPath)).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot create the container log link ${link}: ${errorMessage(err)}`));
+    }
+    return id;
+  }
+
+  /** `<root-dir>/pods/<uid>/etc-hosts`, (re)written whole by rename: a container never sees half a file. */
+  async #writeHostsFile(pod: Pod, podIPs: string[]): Promise<string> {
+    const content = hostsFileContent(pod, podIPs, this.#o.clusterDomain ?? '');
+    const dir = podDir(this.#o.rootDir, pod.metadata?.uid ?? '');
+    await fs.mkdir(dir, { recursive: true, mode: 0o750 });
+    const file = path.join(dir, 'etc-hosts');
+    await writeFileAtomic(file, content, 0o644);
+    return file;
+  }
+
+  async stopContainer(id: string, gracePeriodSeconds: number): Promise<void> {
+    await this.#o.cri.stopContainer(id, gracePeriodSeconds).catch(ignoreNotFound);
+  }
+
+  execSync(id: string, cmd: string[], timeoutSeconds: number): Promise<{ exitCode: number; stdout: Buffer; stderr: Buffer }> {
+    return this.#o.cri.execSync(id, cmd, timeoutSeconds);
+  }
+
+  /**
+   * Removes every per-pod directory nodelet made: `<root-dir>/pods/<uid>` (its subPath
+   * binds unmounted first) and the pod's log directory. Both are tried; the errors are joined.
+   */
+  async cleanupPod(uid: string): Promise<void> {
+    const results = await Promise.allSettled([
+      removePodDir(this.#o.rootDir, uid, this.#o.mounter),
+      removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter),
+      ...(this.#o.containerLogDir !== undefined ? [removePodLogSymlinks(this.#o.containerLogDir, this.#o.podLogsDir, uid)] : []),
+      ...(this.#o.allocation ? [this.#o.allocation.allocated.removePod(uid), this.#o.allocation.actuated.removePod(uid)] : []),
+    ]);
+    const errors = results.flatMap((r) => (r.status === 'rejected' ? [errorMessage(r.reason)] : []));
+    if (errors.length) throw new NodeletError('INTERNAL', errors.join('; '));
+  }
+
+  /** Pods that left directories, or entries in the resource records (a previous agent's included). */
+  async leftoverPods(): Promise<string[]> {
+    const dirs = await leftoverPodUids(this.#o.rootDir, this.#o.podLogsDir);
+    const a = this.#o.allocation;
+    return a ? [...new Set([...dirs, ...a.allocated.uids(), ...a.actuated.uids()])] : dirs;
+  }
+
+  async removeContainer(id: string): Promise<void> {
+    for (const [uid, kept] of this.#relisted) if (kept.observed.containers.some((c) => c.id === id)) this.#relisted.delete(uid);
+    const st = this.#statuses.get(id)?.st ?? (await this.#o.cri.containerStatus(id).catch(() => undefined));
+    const labels = this.#o.containerLogDir !== undefined ? st?.labels : undefined;
+    this.#statuses.delete(id);
+    await this.#o.cri.removeContainer(id);
+    // As the kubelet's container GC: the removed container's log file and its rotated ones go
+    // too (only under podLogsDir, whatever path the runtime reports).
+    const logPath = st?.logPath ? path.resolve(st.logPath) : '';
+    if (logPath && logPath.startsWith(path.resolve(this.#o.podLogsDir) + path.sep)) {
+      await removeContainerLogFiles(logPath).catch((err) => this.#log.warn({ logPath, err: errorMessage(err) }, `cannot remove the log files of container ${id}: ${errorMessage(err)}`));
+    }
+    if (labels && this.#o.containerLogDir !== undefined) {
+      const link = containerLogSymlink(this.#o.containerLogDir, labels[K.LABEL_POD_NAME] ?? '', labels[K.LABEL_POD_NAMESPACE] ?? 'default', labels[K.LABEL_CONTAINER_NAME] ?? '', id);
+      await removeLogSymlink(link).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot remove the container log link ${link}: ${errorMessage(err)}`));
+    }
+  }
+}
