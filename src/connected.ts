@@ -11,6 +11,7 @@
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { Clock } from './clock.js';
 import type { KubeletConfiguration } from './config/types.js';
+import type { ApiObjects } from './pods/objects/objects.js';
 import { parseDuration } from './config/duration.js';
 import { errorMessage } from './errors.js';
 import type { ControlPlanePorts } from './controlplane/adapter.js';
@@ -68,6 +69,8 @@ export interface NodeMode {
   readonly name: Mode;
   /** Where pod and node events go (standalone: nowhere). */
   readonly events: EventSink;
+  /** The API objects pods refer to: ConfigMaps, Secrets, ServiceAccounts, Services, tokens (standalone: none). */
+  readonly objects?: ApiObjects;
   /** Token and access reviews for the HTTPS server's webhook modes (standalone: none). */
   readonly reviews?: ReviewClient;
   /** The pod sources besides static files. */

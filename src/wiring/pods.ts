@@ -70,6 +70,7 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     ...(o.host ? { swap: nodeSwapFromFacts(o.host.facts, cfg) } : {}),
     ...(o.imageRecords ? { imageRecords: o.imageRecords } : {}),
     ...(o.allocation ? { allocation: o.allocation } : {}),
+    ...(mode.objects ? { objects: mode.objects } : {}),
     containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
   });
   // A pod's status changed (connected mode's status writer listens); the runtime changed (the pod manager relists).

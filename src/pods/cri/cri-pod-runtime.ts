@@ -31,6 +31,7 @@ import { nodeRef, podRef, type EventSink } from '../../events.js';
 import { silentLogger, type Logger } from '../../log.js';
 import type { CriClient } from '../../runtime/cri-client.js';
 import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../../runtime/types.js';
+import type { ApiObjects } from '../objects/objects.js';
 import { containerConfig, sandboxConfig } from './cri-config.js';
 import * as K from './labels.js'; // K.LABEL_* / K.ANN_*: the kubelet's label and annotation names
 import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, RESOLV_CONF_MAX_BYTES, type DnsWarning, type HostDns } from './dns.js';
@@ -75,6 +76,8 @@ export interface CriPodRuntimeOptions {
   containerLogDir?: string;
   /** `allocated_pods_state` and `actuated_pods_state` under the root dir (allocation.ts); unset: none kept. */
   allocation?: AllocationRecords;
+  /** The API objects pods refer to (connected mode's); unset on a standalone node, where a pod that refers to one is refused. */
+  objects?: ApiObjects;
 }
 
 /**
