@@ -97,6 +97,15 @@ export class NodeletProcess {
 }
 
 /**
+ * A nodelet a test started ends with the test's process: `setpriv --pdeathsig SIGTERM` (util-linux,
+ * in every Debian) execs nodelet with the kernel's parent-death signal set, so the PID is still
+ * nodelet's. Without it, a test run killed by a timeout (or a test that failed before its
+ * cleanup) left nodelets running on the same containerd directory as the next run's: two
+ * agents on one runtime, each removing the other's pods (the "fresh machine" flakes of issue 31).
+ */
+const PARENT_DEATH = fs.existsSync('/usr/bin/setpriv') ? ['/usr/bin/setpriv', '--pdeathsig', 'SIGTERM', '--'] : [];
+
+/**
  * `prefix`: a command nodelet runs under (e.g. `['strace', '-f', ...]`, which ends its
  * argument list with the node binary and nodelet's arguments); `pid` is then the prefix's.
  */
@@ -110,6 +119,7 @@ export function startNodelet(args: string[], opts: { env?: NodeJS.ProcessEnv; cw
   const nodeArgs = (process.env.NODELET_TEST_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const argv = [process.execPath, ...shebangNodeFlags(), ...nodeArgs, nodeletBin, ...args];
   if (opts.prefix?.length) argv.unshift(...opts.prefix);
+  argv.unshift(...PARENT_DEATH);
   const child = spawn(argv[0]!, argv.slice(1), { env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   return new NodeletProcess(child);
 }
