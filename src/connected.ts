@@ -8,7 +8,7 @@
  * `ControlPlanePorts` is what connected mode needs of the control plane, in nodelet's
  * terms; the control-plane client implements it (src/controlplane/adapter.ts).
  */
-import type { Pod } from 'kubernetes-types/core/v1.js';
+import type { Node, Pod } from 'kubernetes-types/core/v1.js';
 import type { Clock } from './clock.js';
 import type { KubeletConfiguration } from './config/types.js';
 import type { ApiObjects } from './pods/objects/objects.js';
@@ -71,6 +71,8 @@ export interface NodeMode {
   readonly events: EventSink;
   /** The API objects pods refer to: ConfigMaps, Secrets, ServiceAccounts, Services, tokens (standalone: none). */
   readonly objects?: ApiObjects;
+  /** This node's Node as the control plane has it, last watched (standalone: none), for pod admission. */
+  apiNode?(): Node | undefined;
   /** Token and access reviews for the HTTPS server's webhook modes (standalone: none). */
   readonly reviews?: ReviewClient;
   /** The pod sources besides static files. */
@@ -137,6 +139,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     name: 'connected',
     events,
     reviews: cp.reviews,
+    apiNode: () => cp.nodes.watchedNode?.(identity.nodeName)?.node,
     podSources: ['api'],
     staticPodsChanged: (pods) => mirrors.setStaticPods(pods),
     services(ctx) {

@@ -242,6 +242,18 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
       if (max < 0 || !/^\d{1,3}$/.test(bits) || Number(bits) > max) add(['podCIDR'], `must be a CIDR or comma-separated CIDRs (such as 10.244.1.0/24), got ${JSON.stringify(podCIDR)}`);
     }
   }
+  // registerWithTaints: taints as the Node carries them (admission reads their NoExecute ones).
+  const taints = get(['registerWithTaints']);
+  if (Array.isArray(taints)) {
+    const taintProblem = (i: number, field: string, message: string) => problems.push({ file: originOf(['registerWithTaints']), field: `registerWithTaints.${i}${field ? `.${field}` : ''}`, message });
+    taints.forEach((t, i) => {
+      if (!isJsonObject(t)) return taintProblem(i, '', `must be a taint object (key, value, effect), got ${describe(t)}`);
+      const key = t['key'];
+      if (typeof key !== 'string' || !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(key)) taintProblem(i, 'key', `must be a qualified name (such as example.com/dedicated), got ${JSON.stringify(key)}`);
+      if (!['NoSchedule', 'PreferNoSchedule', 'NoExecute'].includes(t['effect'] as string)) taintProblem(i, 'effect', `must be one of NoSchedule, PreferNoSchedule, NoExecute, got ${JSON.stringify(t['effect'])}`);
+      if (t['value'] !== undefined && typeof t['value'] !== 'string') taintProblem(i, 'value', `must be a string, got ${describe(t['value'])}`);
+    });
+  }
   oneOf(['authorization', 'mode'], ['AlwaysAllow', 'Webhook']);
   oneOf(['memorySwap', 'swapBehavior'], ['NoSwap', 'LimitedSwap'], true);
   oneOf(['cgroupDriver'], ['cgroupfs', 'systemd']);

@@ -200,7 +200,9 @@ export function nodeImages(images: readonly Image[], max = 50): ContainerImage[]
  * the capacity), floored at 0. `ephemeral-storage` only once the root dir's filesystem was
  * measured.
  */
-export function capacityAndAllocatable(facts: NodeFacts): Pick<NodeStatus, 'capacity' | 'allocatable'> {
+export type AllocatableFacts = Pick<NodeFacts, 'cpuCores' | 'memoryBytes' | 'maxPods' | 'reserved' | 'evictionHardMemoryBytes' | 'ephemeralStorageBytes' | 'evictionHardNodefs'>;
+
+export function capacityAndAllocatable(facts: AllocatableFacts): Pick<NodeStatus, 'capacity' | 'allocatable'> {
   const r = facts.reserved ?? { cpuMillis: 0, memoryBytes: 0, ephemeralStorageBytes: 0 };
   const memory = facts.memoryBytes;
   const allocatableMemory = Math.max(0, memory - r.memoryBytes - facts.evictionHardMemoryBytes);
@@ -236,6 +238,17 @@ export function nodeStatus(facts: NodeFacts, previous: NodeStatus | undefined, n
   };
 }
 
+/** The labels the kubelet always sets on its Node. */
+export function wellKnownLabels(facts: Pick<NodeFacts, 'hostname' | 'os' | 'arch'>): Record<string, string> {
+  return {
+    'kubernetes.io/hostname': facts.hostname,
+    'kubernetes.io/os': facts.os,
+    'kubernetes.io/arch': facts.arch,
+    'beta.kubernetes.io/os': facts.os,
+    'beta.kubernetes.io/arch': facts.arch,
+  };
+}
+
 /** The Node to create at registration: labels the kubelet always sets, and the first status. */
 export function registrationNode(facts: NodeFacts, now: string): Node {
   return {
@@ -243,13 +256,7 @@ export function registrationNode(facts: NodeFacts, now: string): Node {
     kind: 'Node',
     metadata: {
       name: facts.nodeName,
-      labels: {
-        'kubernetes.io/hostname': facts.hostname,
-        'kubernetes.io/os': facts.os,
-        'kubernetes.io/arch': facts.arch,
-        'beta.kubernetes.io/os': facts.os,
-        'beta.kubernetes.io/arch': facts.arch,
-      },
+      labels: wellKnownLabels(facts),
     },
     status: nodeStatus(facts, undefined, now),
   };

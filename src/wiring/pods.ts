@@ -19,6 +19,9 @@ import type { Service } from '../loop.js';
 import type { HostCheckRun } from '../node/host-facts.js';
 import { nodeSwapFromFacts } from '../node/host-facts.js';
 import { nodeShutdownFor } from '../node/shutdown-manager.js';
+import { readMachineFacts } from '../node/facts.js';
+import { filesystemBytes, nodeViewFor } from '../node/node-view.js';
+import { isStaticPod } from '../pods/sources/static-source.js';
 import { hostAppArmorEnabled, podAdmitHandlers } from '../pods/sync/admission.js';
 import type { AllocationRecords } from '../pods/sync/allocation.js';
 import { CriPodRuntime } from '../pods/cri/cri-pod-runtime.js';
@@ -54,6 +57,8 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   const { cfg, flags, identity, clock, log, mode } = ctx;
   const { cri, metrics } = rt;
   const services: Service[] = [];
+  // The root dir's filesystem size: ephemeral-storage capacity for admission, read once.
+  const rootFsBytes = await filesystemBytes(flags.rootDir);
 
   const podRuntime = new CriPodRuntime({
     cri,
@@ -103,8 +108,24 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     nodeName: identity.nodeName,
     metrics,
     // Admission: sysctls (the safe set for this kernel plus allowedUnsafeSysctls, a bad entry
-    // is fatal as for the kubelet), AppArmor on this host, user namespaces.
-    admitHandlers: podAdmitHandlers({ kernelRelease: os.release(), allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [], appArmorEnabled: await hostAppArmorEnabled() }),
+    // is fatal as for the kubelet), AppArmor on this host, user namespaces, then the
+    // predicates (resources, node affinity, host ports, taints) against the node's view.
+    admitHandlers: podAdmitHandlers({
+      kernelRelease: os.release(),
+      allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [],
+      appArmorEnabled: await hostAppArmorEnabled(),
+      predicates: {
+        node: nodeViewFor({
+          nodeName: identity.nodeName,
+          hostname: identity.hostname,
+          machine: readMachineFacts(),
+          config: cfg,
+          ephemeralStorageBytes: () => rootFsBytes,
+          ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}),
+        }),
+        isStatic: (pod) => isStaticPod(pod),
+      },
+    }),
   });
   services.push({
     name: 'pods',

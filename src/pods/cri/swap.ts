@@ -11,6 +11,7 @@
  * - Everything else is NoSwap: cgroup v2 `memory.swap.max` = 0; cgroup v1
  *   `memory_swap_limit_in_bytes` = `memory_limit_in_bytes` (memory+swap equal to memory).
  */
+import { isStaticPod } from '../sources/static-source.js';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { qosClass } from '../status/status.js';
 
@@ -31,8 +32,7 @@ export const SYSTEM_CRITICAL_PRIORITY = 2_000_000_000;
 /** The kubelet's IsCriticalPod: static pods (config.source other than api), mirror pods, and system-critical priority. */
 export function isCriticalPod(pod: Pod): boolean {
   const ann = pod.metadata?.annotations ?? {};
-  const source = ann['kubernetes.io/config.source'];
-  if (source !== undefined && source !== 'api') return true;
+  if (isStaticPod(pod)) return true;
   if (ann['kubernetes.io/config.mirror'] !== undefined) return true;
   return (pod.spec?.priority ?? 0) >= SYSTEM_CRITICAL_PRIORITY;
 }

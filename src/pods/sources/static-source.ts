@@ -38,6 +38,12 @@ export const ANN_CONFIG_SEEN = 'kubernetes.io/config.seen';
 const versions = new WeakMap<Pod, string>();
 
 /** The content hash of a pod podFromManifest made (what its UID is when none is declared); undefined for any other object. */
+/** The kubelet's IsStaticPod: a pod whose source (`kubernetes.io/config.source`) is not the API server. */
+export function isStaticPod(pod: Pod): boolean {
+  const source = pod.metadata?.annotations?.[ANN_CONFIG_SOURCE];
+  return source !== undefined && source !== 'api';
+}
+
 export function manifestVersion(pod: Pod): string | undefined {
   return versions.get(pod);
 }

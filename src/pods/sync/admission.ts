@@ -25,13 +25,15 @@
  *   and no node runs such a pod: the whole node's CRI ListContainers answer is capped at
  *   16 MiB, ~25,000 containers. The kubelet has no such bound.
  *
- * More checks (resources, node affinity, taints) are more handlers: `(pod) => rejection`.
+ * - predicates (predicates.ts): OS, resources, node affinity, node name, host ports, taints,
+ *   against the node and the pods already admitted.
  */
 import fs from 'node:fs/promises';
 import type { Container, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../errors.js';
 import { APPARMOR_ANNOTATION_PREFIX, appArmorProfile, normalizeSysctlName } from '../cri/security-context.js';
 import { qosClass } from '../status/status.js';
+import { checkPredicates, type PredicateOptions } from './predicates.js';
 
 export interface Rejection {
   /** One word, the pod's status.reason and the event's reason (`SysctlForbidden`). */
@@ -39,13 +41,16 @@ export interface Rejection {
   message: string;
 }
 
-/** One admission check: a rejection, or undefined to admit. */
-export type PodAdmitHandler = (pod: Pod) => Rejection | undefined;
+/**
+ * One admission check: a rejection, or undefined to admit. `others`: the pods admitted before
+ * and not finished (the kubelet's active pods), which hold resources and host ports.
+ */
+export type PodAdmitHandler = (pod: Pod, others?: readonly Pod[]) => Rejection | undefined;
 
 /** The first handler's rejection, or undefined: the pod may run. */
-export function admitPod(pod: Pod, handlers: readonly PodAdmitHandler[]): Rejection | undefined {
+export function admitPod(pod: Pod, handlers: readonly PodAdmitHandler[], others: readonly Pod[] = []): Rejection | undefined {
   for (const h of handlers) {
-    const r = h(pod);
+    const r = h(pod, others);
     if (r) return r;
   }
   return undefined;
@@ -202,9 +207,10 @@ export interface AdmissionOptions {
   appArmorEnabled: boolean;
   /** Whether the runtime's last Status said it supports supplementalGroupsPolicy (undefined: not known yet). Default: never. */
   runtimeSupportsSupplementalGroupsPolicy?: () => boolean | undefined;
+  /** The node and how to tell static pods, for the predicate checks; unset: none made. */
+  predicates?: PredicateOptions;
 }
 
-/** The node's admission handlers, in order. Throws CONFIG_INVALID for a bad allowedUnsafeSysctls entry. */
 /** The most containers (init, app and ephemeral) nodelet runs in one pod (see above). */
 export const MAX_CONTAINERS_PER_POD = 1024;
 
@@ -215,6 +221,12 @@ export function containerCountAdmitHandler(pod: Pod): Rejection | undefined {
   return { reason: 'TooManyContainers', message: `the pod has ${n} containers; nodelet runs at most ${MAX_CONTAINERS_PER_POD} in one pod` };
 }
 
+/** The kubelet's predicate admit handler (predicates.ts). */
+export function predicateAdmitHandler(o: PredicateOptions): PodAdmitHandler {
+  return (pod, others = []) => checkPredicates(pod, others, o);
+}
+
+/** The node's admission handlers, in order. Throws CONFIG_INVALID for a bad allowedUnsafeSysctls entry. */
 export function podAdmitHandlers(o: AdmissionOptions): PodAdmitHandler[] {
   return [
     containerCountAdmitHandler,
@@ -222,5 +234,6 @@ export function podAdmitHandlers(o: AdmissionOptions): PodAdmitHandler[] {
     appArmorAdmitHandler(o.appArmorEnabled),
     userNamespaceAdmitHandler,
     supplementalGroupsPolicyAdmitHandler(o.runtimeSupportsSupplementalGroupsPolicy ?? (() => false)),
+    ...(o.predicates ? [predicateAdmitHandler(o.predicates)] : []),
   ];
 }

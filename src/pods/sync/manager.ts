@@ -106,6 +106,12 @@ class Mutex {
   }
 }
 
+/** A pod's creation time in ms for ordering (unset or unparsable: first, as Go's zero time). */
+function creationOrder(pod: Pod): number {
+  const t = Date.parse(pod.metadata?.creationTimestamp ?? '');
+  return Number.isNaN(t) ? 0 : t;
+}
+
 export class PodManager {
   readonly #o: Required<Omit<PodManagerOptions, 'hostIP' | 'nodeName' | 'crashLoopBackOff' | 'runtimeEvents' | 'admitHandlers'>> & { hostIP?: string; nodeName?: string; crashLoopBackOff?: BackoffPolicy; runtimeEvents?: { readonly live: boolean }; admitHandlers?: readonly PodAdmitHandler[] };
   readonly #workers = new Map<string, PodWorker>();
@@ -188,7 +194,8 @@ export class PodManager {
     const w = new PodWorker(pod);
     const uid = pod.metadata!.uid!;
     this.#workers.set(uid, w);
-    const rejected = admitPod(pod, this.#o.admitHandlers ?? []);
+    const handlers = this.#o.admitHandlers ?? [];
+    const rejected = handlers.length ? admitPod(pod, handlers, this.#activePods(w)) : undefined;
     if (!rejected) {
       this.#firstSeen.set(uid, this.#o.clock.now());
       return w;
@@ -198,6 +205,22 @@ export class PodManager {
     this.#o.events.emit(podRef(pod), 'Warning', rejected.reason, rejected.message);
     this.#setStatus(w, rejectedStatus(pod, rejected));
     return w;
+  }
+
+  /**
+   * The pods that hold the node's resources and host ports, for admission (the kubelet's
+   * active pods): admitted, not finished (a terminal phase, or stopped and removed), the new
+   * pod's own worker aside. A pod being stopped still holds them until it is gone.
+   */
+  #activePods(except: PodWorker): Pod[] {
+    const out: Pod[] = [];
+    for (const w of this.#workers.values()) {
+      if (w === except || w.rejected || w.state === 'removed') continue;
+      const phase = w.status?.phase;
+      if (phase === 'Succeeded' || phase === 'Failed') continue;
+      out.push(w.pod);
+    }
+    return out;
   }
 
   /**
@@ -250,15 +273,22 @@ export class PodManager {
       next.set(uid, p);
     }
     this.#desired = next;
+    const added: Pod[] = [];
     for (const [uid, pod] of next) {
       const w = this.#workers.get(uid);
       if (w && !w.terminating) {
         if (w.pod !== pod) w.needsSync = true;
         w.pod = pod;
       } else if (!w && !deleting(pod)) {
-        this.#log.info({ pod: podKey(pod), uid }, 'pod added');
-        this.#newWorker(pod);
+        added.push(pod);
       }
+    }
+    // New pods are admitted oldest first, as the kubelet's HandlePodAdditions: when they do
+    // not all fit, the ones created first run.
+    added.sort((a, b) => creationOrder(a) - creationOrder(b));
+    for (const pod of added) {
+      this.#log.info({ pod: podKey(pod), uid: pod.metadata!.uid }, 'pod added');
+      this.#newWorker(pod);
     }
     this.#kick();
   }

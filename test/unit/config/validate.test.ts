@@ -51,6 +51,8 @@ const PROBLEMS: Array<[string, Record<string, unknown>, string, RegExp]> = [
   ['memorySwap.swapBehavior', { memorySwap: { swapBehavior: 'UnlimitedSwap' } }, 'memorySwap.swapBehavior', /^must be one of NoSwap, LimitedSwap \(or empty\), got "UnlimitedSwap"$/],
   ['cgroupDriver', { cgroupDriver: 'docker' }, 'cgroupDriver', /^must be one of cgroupfs, systemd/],
   ['hairpinMode', { hairpinMode: 'yes-please' }, 'hairpinMode', /^must be one of promiscuous-bridge, hairpin-veth, none/],
+  ['registerWithTaints effect', { registerWithTaints: [{ key: 'dedicated', effect: 'NoRun' }] }, 'registerWithTaints.0.effect', /^must be one of NoSchedule, PreferNoSchedule, NoExecute, got "NoRun"$/],
+  ['registerWithTaints key', { registerWithTaints: [{ key: 'a b', effect: 'NoExecute' }] }, 'registerWithTaints.0.key', /^must be a qualified name/],
   // IP addresses
   ['address not an IP', { address: 'localhost' }, 'address', /^must be an IP address, got "localhost"$/],
   ['healthzBindAddress not an IP', { healthzBindAddress: '127.0.0' }, 'healthzBindAddress', /^must be an IP address/],
@@ -115,6 +117,7 @@ describe('validation problems name file and field', () => {
         maxParallelImagePulls: 3,
         kubeAPIQPS: 0,
         kubeAPIBurst: 1,
+        registerWithTaints: [{ key: 'example.com/dedicated', value: 'db', effect: 'NoExecute' }, { key: 'gpu', effect: 'NoSchedule' }],
       }),
     ]);
     expect(r.problems).toEqual([]);
