@@ -219,24 +219,15 @@ export class StatsProvider {
       this.#nodeStats(now),
     ]);
     const times = new WeakMap<object, number>();
-    const stamp = <T extends object>(o: T, ms: number): T => (times.set(o, ms), o);
+    const ctx: Assembly = { now, times, stamp: (o, ms) => (times.set(o, ms), o), imgStat: undefined };
 
     // Image filesystem: the runtime's usage, the filesystem's capacity.
     const img = imageFs[0];
-    const imgStat = img?.fsId?.mountpoint ? await host.statfs(img.fsId.mountpoint) : undefined;
-    const imgTime = img?.timestamp ? nsToMs(img.timestamp) : now;
-    const imageFsStats = img
-      ? stamp(
-          defined<FsStats>({
-            time: rfc3339(imgTime),
-            ...(imgStat ? { availableBytes: imgStat.bavail * imgStat.bsize, capacityBytes: imgStat.blocks * imgStat.bsize, inodesFree: imgStat.ffree, inodes: imgStat.files } : {}),
-            usedBytes: v(img.usedBytes),
-            inodesUsed: v(img.inodesUsed),
-          }),
-          imgTime,
-        )
-      : undefined;
-    if (imageFsStats) node.runtime = { imageFs: imageFsStats, containerFs: imageFsStats };
+    ctx.imgStat = img?.fsId?.mountpoint ? await host.statfs(img.fsId.mountpoint) : undefined;
+    if (img) {
+      const imageFsStats = imageFsStatsOf(img, ctx);
+      node.runtime = { imageFs: imageFsStats, containerFs: imageFsStats };
+    }
 
     const statsById = new Map<string, CriContainerStats>();
     for (const s of cstats) if (s.attributes?.id) statsById.set(s.attributes.id, s);
@@ -248,77 +239,11 @@ export class StatsProvider {
       list.push(c);
       bySandbox.set(c.podSandboxId, list);
     }
-
-    const pods: PodStats[] = [];
-    for (const sb of sandboxes) {
-      const ref = {
-        name: sb.labels['io.kubernetes.pod.name'] ?? sb.metadata.name,
-        namespace: sb.labels['io.kubernetes.pod.namespace'] ?? sb.metadata.namespace,
-        uid: sb.labels['io.kubernetes.pod.uid'] ?? sb.metadata.uid,
-      };
-      const cs: ContainerStats[] = [];
-      let rootfsUsed = 0;
-      let rootfsInodes = 0;
-      for (const c of bySandbox.get(sb.id) ?? []) {
-        const st = statsById.get(c.id);
-        const out: ContainerStats = { name: c.labels['io.kubernetes.container.name'] ?? c.metadata.name, startTime: rfc3339(nsToMs(c.createdAt)) };
-        times.set(out, nsToMs(c.createdAt));
-        if (st?.cpu) out.cpu = stamp(cpuStats(st.cpu), nsToMs(st.cpu.timestamp));
-        if (st?.memory) out.memory = stamp(memoryStats(st.memory), nsToMs(st.memory.timestamp));
-        if (st?.swap) out.swap = stamp(swapStats(st.swap), nsToMs(st.swap.timestamp));
-        if (st?.writableLayer) {
-          const wl = st.writableLayer;
-          const t = wl.timestamp ? nsToMs(wl.timestamp) : now;
-          rootfsUsed += v(wl.usedBytes) ?? 0;
-          rootfsInodes += v(wl.inodesUsed) ?? 0;
-          out.rootfs = stamp(
-            defined<FsStats>({
-              time: rfc3339(t),
-              ...(imgStat ? { availableBytes: imgStat.bavail * imgStat.bsize, capacityBytes: imgStat.blocks * imgStat.bsize, inodesFree: imgStat.ffree, inodes: imgStat.files } : {}),
-              usedBytes: v(wl.usedBytes),
-              inodesUsed: v(wl.inodesUsed),
-            }),
-            t,
-          );
-        }
-        cs.push(out);
-      }
-      const pod: PodStats = { podRef: ref, startTime: rfc3339(nsToMs(sb.createdAt)), containers: cs };
-      const ps = podStatsById.get(sb.id)?.linux;
-      if (ps?.cpu) pod.cpu = stamp(cpuStats(ps.cpu), nsToMs(ps.cpu.timestamp));
-      else if (cs.some((c) => c.cpu)) pod.cpu = sumCpu(cs, times);
-      if (ps?.memory) pod.memory = stamp(memoryStats(ps.memory), nsToMs(ps.memory.timestamp));
-      else if (cs.some((c) => c.memory)) pod.memory = sumMemory(cs, times);
-      if (ps?.network?.defaultInterface) {
-        const d = ps.network.defaultInterface;
-        pod.network = stamp(
-          defined<NetworkStats>({
-            time: rfc3339(nsToMs(ps.network.timestamp)),
-            name: d.name,
-            rxBytes: v(d.rxBytes),
-            rxErrors: v(d.rxErrors),
-            txBytes: v(d.txBytes),
-            txErrors: v(d.txErrors),
-          }),
-          nsToMs(ps.network.timestamp),
-        );
-      }
-      if (ps?.process?.processCount) pod.process_stats = { process_count: v(ps.process.processCount) };
-      const swaps = cs.filter((c) => c.swap?.swapUsageBytes !== undefined);
-      if (swaps.length) {
-        const t = Math.max(...swaps.map((c) => times.get(c.swap!) ?? now));
-        pod.swap = stamp({ time: rfc3339(t), swapUsageBytes: swaps.reduce((a, c) => a + (c.swap!.swapUsageBytes ?? 0), 0) }, t);
-      }
-      // Ephemeral storage, where cheap: the containers' writable layers (logs and emptyDirs are not walked).
-      if (cs.some((c) => c.rootfs)) {
-        const nfs = node.fs;
-        pod['ephemeral-storage'] = stamp(
-          defined<FsStats>({ time: rfc3339(now), availableBytes: nfs?.availableBytes, capacityBytes: nfs?.capacityBytes, usedBytes: rootfsUsed, inodesFree: nfs?.inodesFree, inodes: nfs?.inodes, inodesUsed: rootfsInodes }),
-          now,
-        );
-      }
-      pods.push(pod);
-    }
+    const pods = sandboxes.map((sb) => {
+      const usage = { rootfsUsed: 0, rootfsInodes: 0 };
+      const cs = (bySandbox.get(sb.id) ?? []).map((c) => containerStatsOf(c, statsById.get(c.id), usage, ctx));
+      return podStatsOf(sb, cs, podStatsById.get(sb.id)?.linux ?? undefined, usage, node, ctx);
+    });
     const summary: Summary = { node, pods };
     for (const k of ['cpu', 'memory', 'swap', 'fs', 'rlimit'] as const) if (node[k]) times.set(node[k]!, now);
     return { summary, takenAtMs: now, timesMs: times };
@@ -395,6 +320,83 @@ export class StatsProvider {
     if (maxpid !== undefined || curproc !== undefined) node.rlimit = defined({ time, maxpid, curproc: Number.isNaN(curproc) ? undefined : curproc });
     return node;
   }
+}
+
+type Statfs = Awaited<ReturnType<HostReader['statfs']>>;
+type CriSandbox = Awaited<ReturnType<StatsRuntime['listPodSandbox']>>[number];
+type CriContainer = Awaited<ReturnType<StatsRuntime['listContainers']>>[number];
+type CriImageFs = Awaited<ReturnType<NonNullable<StatsRuntime['imageFsUsage']>>>[number];
+
+/** What one snapshot's assembly shares: its time, the sample time of each object, the image filesystem's statfs. */
+interface Assembly {
+  now: number;
+  times: WeakMap<object, number>;
+  /** Records `o`'s sample time and returns it. */
+  stamp: <T extends object>(o: T, ms: number) => T;
+  imgStat: Statfs;
+}
+
+/** The capacity half of an FsStats, from a statfs (none without one). */
+function fsCapacity(s: Statfs): Partial<FsStats> {
+  return s ? { availableBytes: s.bavail * s.bsize, capacityBytes: s.blocks * s.bsize, inodesFree: s.ffree, inodes: s.files } : {};
+}
+
+function imageFsStatsOf(img: CriImageFs, ctx: Assembly): FsStats {
+  const t = img.timestamp ? nsToMs(img.timestamp) : ctx.now;
+  return ctx.stamp(defined<FsStats>({ time: rfc3339(t), ...fsCapacity(ctx.imgStat), usedBytes: v(img.usedBytes), inodesUsed: v(img.inodesUsed) }), t);
+}
+
+/** One running container's stats; its writable layer counts into the pod's `usage`. */
+function containerStatsOf(c: CriContainer, st: CriContainerStats | undefined, usage: { rootfsUsed: number; rootfsInodes: number }, ctx: Assembly): ContainerStats {
+  const { stamp } = ctx;
+  const out: ContainerStats = { name: c.labels['io.kubernetes.container.name'] ?? c.metadata.name, startTime: rfc3339(nsToMs(c.createdAt)) };
+  ctx.times.set(out, nsToMs(c.createdAt));
+  if (st?.cpu) out.cpu = stamp(cpuStats(st.cpu), nsToMs(st.cpu.timestamp));
+  if (st?.memory) out.memory = stamp(memoryStats(st.memory), nsToMs(st.memory.timestamp));
+  if (st?.swap) out.swap = stamp(swapStats(st.swap), nsToMs(st.swap.timestamp));
+  if (st?.writableLayer) {
+    const wl = st.writableLayer;
+    const t = wl.timestamp ? nsToMs(wl.timestamp) : ctx.now;
+    usage.rootfsUsed += v(wl.usedBytes) ?? 0;
+    usage.rootfsInodes += v(wl.inodesUsed) ?? 0;
+    out.rootfs = stamp(defined<FsStats>({ time: rfc3339(t), ...fsCapacity(ctx.imgStat), usedBytes: v(wl.usedBytes), inodesUsed: v(wl.inodesUsed) }), t);
+  }
+  return out;
+}
+
+/** A pod's stats: the runtime's pod-level stats where it gives them, else its containers' summed. */
+function podStatsOf(sb: CriSandbox, cs: ContainerStats[], ps: NonNullable<CriPodStats['linux']> | undefined, usage: { rootfsUsed: number; rootfsInodes: number }, node: NodeStats, ctx: Assembly): PodStats {
+  const { stamp, times, now } = ctx;
+  const podRef = {
+    name: sb.labels['io.kubernetes.pod.name'] ?? sb.metadata.name,
+    namespace: sb.labels['io.kubernetes.pod.namespace'] ?? sb.metadata.namespace,
+    uid: sb.labels['io.kubernetes.pod.uid'] ?? sb.metadata.uid,
+  };
+  const pod: PodStats = { podRef, startTime: rfc3339(nsToMs(sb.createdAt)), containers: cs };
+  if (ps?.cpu) pod.cpu = stamp(cpuStats(ps.cpu), nsToMs(ps.cpu.timestamp));
+  else if (cs.some((c) => c.cpu)) pod.cpu = sumCpu(cs, times);
+  if (ps?.memory) pod.memory = stamp(memoryStats(ps.memory), nsToMs(ps.memory.timestamp));
+  else if (cs.some((c) => c.memory)) pod.memory = sumMemory(cs, times);
+  if (ps?.network?.defaultInterface) {
+    const d = ps.network.defaultInterface;
+    const t = nsToMs(ps.network.timestamp);
+    pod.network = stamp(defined<NetworkStats>({ time: rfc3339(t), name: d.name, rxBytes: v(d.rxBytes), rxErrors: v(d.rxErrors), txBytes: v(d.txBytes), txErrors: v(d.txErrors) }), t);
+  }
+  if (ps?.process?.processCount) pod.process_stats = { process_count: v(ps.process.processCount) };
+  const swaps = cs.filter((c) => c.swap?.swapUsageBytes !== undefined);
+  if (swaps.length) {
+    const t = Math.max(...swaps.map((c) => times.get(c.swap!) ?? now));
+    pod.swap = stamp({ time: rfc3339(t), swapUsageBytes: swaps.reduce((a, c) => a + (c.swap!.swapUsageBytes ?? 0), 0) }, t);
+  }
+  // Ephemeral storage, where cheap: the containers' writable layers (logs and emptyDirs are not walked).
+  if (cs.some((c) => c.rootfs)) {
+    const nfs = node.fs;
+    pod['ephemeral-storage'] = stamp(
+      defined<FsStats>({ time: rfc3339(now), availableBytes: nfs?.availableBytes, capacityBytes: nfs?.capacityBytes, usedBytes: usage.rootfsUsed, inodesFree: nfs?.inodesFree, inodes: nfs?.inodes, inodesUsed: usage.rootfsInodes }),
+      now,
+    );
+  }
+  return pod;
 }
 
 function cpuStats(c: CpuUsage): CPUStats {
