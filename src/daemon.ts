@@ -105,59 +105,9 @@ export class Daemon {
 
   async start(signal: AbortSignal = new AbortController().signal): Promise<void> {
     this.#keepAlive.start();
-    const { flags, loaded, identity } = this.#deps;
-    const cfg = loaded.config;
-    this.#log.info(
-      { mode: this.mode, configFiles: loaded.sources, nodeName: identity.nodeName, nodeIPs: identity.ips, rootDir: flags.rootDir },
-      this.mode === 'standalone'
-        ? 'starting nodelet in standalone mode: no --kubeconfig, so no control plane is contacted'
-        : 'starting nodelet in connected mode',
-    );
-    for (const w of loaded.warnings) this.#log.warn({ file: w.file, field: w.field }, `${w.file}: ${w.field}: ${w.message}`);
-    // Whatever can still be wrong with the input (client CA file, webhook modes without a
-    // control plane, endpoints) is found here, before the lock is taken or anything is written.
-    const reviews = this.#deps.mode.reviews;
-    const auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(reviews ? { reviewClient: reviews } : {}) });
-    parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
-    // Host checks (swap, cgroups, kernel): a refusing one stops here, before the lock. The two
-    // that only ever warn and cost a runtime call or a process (the runtime's cgroup driver,
-    // the nft tool) run once /healthz answers.
-    this.#host = await this.#checkHost();
-    if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
-
-    this.#notifier.status(`waiting for lock file ${flags.lockFile}`);
-
-    this.#lock = await acquireLock(flags.lockFile, { logger: this.#log.child({ component: 'lock' }), signal });
-    if (flags.exitOnLockContention) {
-      this.#contention = watchContention(this.#lock, (reason) => {
-        this.#log.info({ lockFile: flags.lockFile }, `lock contention: ${reason}; exiting so the new agent can take over`);
-        this.requestStop('lock contention');
-      }, { logger: this.#log.child({ component: 'lock' }) });
-      await this.#contention.ready;
-    }
-    fs.mkdirSync(flags.rootDir, { recursive: true, mode: 0o750 });
-    await this.#prepareRootDir();
-
-    const lock = this.#lock;
-    this.health.add({
-      name: 'lockfile',
-      check() {
-        if (!lock.stillOwnsPath()) throw new Error(`lock file ${lock.path} was deleted or replaced`);
-      },
-    });
-    // A step that holds the event loop is named in the log: debug from 50 ms (the bound
-    // nodelet's own steps keep), a warning from 1 s (healthz and the watchdog notice soon).
-    const loopLog = this.#log.child({ component: 'eventloop' });
-    const loop = eventLoopCheck({
-      delay: this.#loopDelay,
-      onDelay: ({ maxMs }) => {
-        if (maxMs >= 1000) loopLog.warn({ maxDelayMs: maxMs }, `the event loop was blocked for ${maxMs} ms`);
-        else if (maxMs >= 50) loopLog.debug({ maxDelayMs: maxMs }, `event loop delay ${maxMs} ms`);
-      },
-    });
-    this.health.add(loop);
-    loop.start(this.#life.signal());
-    this.#started.push({ name: 'eventloop-check', start: () => {}, stop: () => loop.stop() });
+    const auth = await this.#checkInput();
+    await this.#takeLock(signal);
+    this.#startLoopCheck();
 
     // /healthz answers from here (as the kubelet's answers once its server is up, while its
     // loops start); the services' modules load after it, and it stops last.
@@ -179,18 +129,88 @@ export class Daemon {
     const status = this.#statusLine();
     this.#notifier.ready(status);
     this.#log.info({ status }, 'nodelet is ready');
+    this.#startWatchdog();
+  }
 
-    if (this.#watchdogTimeoutMs !== undefined) {
-      this.#watchdog = new WatchdogLoop({
-        notifier: this.#notifier,
-        health: this.health,
-        timeoutMs: this.#watchdogTimeoutMs,
-        clock: this.#deps.clock,
-        logger: this.#log.child({ component: 'watchdog' }),
-      });
-      this.#watchdog.start(this.#life.signal());
-      this.#log.info({ timeoutMs: this.#watchdogTimeoutMs, pingEveryMs: this.#watchdog.periodMs }, 'systemd watchdog enabled');
+  /**
+   * Whatever can still be wrong with the input (client CA file, webhook modes without a
+   * control plane, endpoints, the host checks that refuse) is found here, before the lock is
+   * taken or anything is written. Resolves the HTTPS server's authentication.
+   */
+  async #checkInput(): Promise<Awaited<ReturnType<typeof buildServerAuth>>> {
+    const { flags, loaded, identity } = this.#deps;
+    const cfg = loaded.config;
+    this.#log.info(
+      { mode: this.mode, configFiles: loaded.sources, nodeName: identity.nodeName, nodeIPs: identity.ips, rootDir: flags.rootDir },
+      this.mode === 'standalone'
+        ? 'starting nodelet in standalone mode: no --kubeconfig, so no control plane is contacted'
+        : 'starting nodelet in connected mode',
+    );
+    for (const w of loaded.warnings) this.#log.warn({ file: w.file, field: w.field }, `${w.file}: ${w.field}: ${w.message}`);
+    const reviews = this.#deps.mode.reviews;
+    const auth = await buildServerAuth(cfg, { clock: this.#deps.clock, ...(reviews ? { reviewClient: reviews } : {}) });
+    parseEndpoint('containerRuntimeEndpoint', cfg.containerRuntimeEndpoint);
+    // Host checks (swap, cgroups, kernel): a refusing one stops here, before the lock. The two
+    // that only ever warn and cost a runtime call or a process (the runtime's cgroup driver,
+    // the nft tool) run once /healthz answers.
+    this.#host = await this.#checkHost();
+    if (cfg.imageServiceEndpoint) parseEndpoint('imageServiceEndpoint', cfg.imageServiceEndpoint);
+    return auth;
+  }
+
+  /** The lock file (and, with exitOnLockContention, its watch), then the root dir; the lock's own health check. */
+  async #takeLock(signal: AbortSignal): Promise<void> {
+    const { flags } = this.#deps;
+    this.#notifier.status(`waiting for lock file ${flags.lockFile}`);
+    this.#lock = await acquireLock(flags.lockFile, { logger: this.#log.child({ component: 'lock' }), signal });
+    if (flags.exitOnLockContention) {
+      this.#contention = watchContention(this.#lock, (reason) => {
+        this.#log.info({ lockFile: flags.lockFile }, `lock contention: ${reason}; exiting so the new agent can take over`);
+        this.requestStop('lock contention');
+      }, { logger: this.#log.child({ component: 'lock' }) });
+      await this.#contention.ready;
     }
+    fs.mkdirSync(flags.rootDir, { recursive: true, mode: 0o750 });
+    await this.#prepareRootDir();
+    const lock = this.#lock;
+    this.health.add({
+      name: 'lockfile',
+      check() {
+        if (!lock.stillOwnsPath()) throw new Error(`lock file ${lock.path} was deleted or replaced`);
+      },
+    });
+  }
+
+  /**
+   * A step that holds the event loop is named in the log: debug from 50 ms (the bound
+   * nodelet's own steps keep), a warning from 1 s (healthz and the watchdog notice soon).
+   */
+  #startLoopCheck(): void {
+    const loopLog = this.#log.child({ component: 'eventloop' });
+    const loop = eventLoopCheck({
+      delay: this.#loopDelay,
+      onDelay: ({ maxMs }) => {
+        if (maxMs >= 1000) loopLog.warn({ maxDelayMs: maxMs }, `the event loop was blocked for ${maxMs} ms`);
+        else if (maxMs >= 50) loopLog.debug({ maxDelayMs: maxMs }, `event loop delay ${maxMs} ms`);
+      },
+    });
+    this.health.add(loop);
+    loop.start(this.#life.signal());
+    this.#started.push({ name: 'eventloop-check', start: () => {}, stop: () => loop.stop() });
+  }
+
+  /** systemd's watchdog (WATCHDOG_USEC), pinged while every health check passes. */
+  #startWatchdog(): void {
+    if (this.#watchdogTimeoutMs === undefined) return;
+    this.#watchdog = new WatchdogLoop({
+      notifier: this.#notifier,
+      health: this.health,
+      timeoutMs: this.#watchdogTimeoutMs,
+      clock: this.#deps.clock,
+      logger: this.#log.child({ component: 'watchdog' }),
+    });
+    this.#watchdog.start(this.#life.signal());
+    this.#log.info({ timeoutMs: this.#watchdogTimeoutMs, pingEveryMs: this.#watchdog.periodMs }, 'systemd watchdog enabled');
   }
 
   #host: HostCheckRun | undefined;
