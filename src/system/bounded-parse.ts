@@ -151,22 +151,8 @@ function measureDocument(doc: Document, lc: LineCounter, o: BoundedParseOptions,
       return target;
     }
     const anchor = (node as { anchor?: string }).anchor || undefined;
-    let kids: unknown[];
-    if (yaml().isMap(node)) {
-      const keys = new Set<string>();
-      kids = [];
-      for (const pair of node.items) {
-        const k = pair.key;
-        if (yaml().isScalar(k) && k.value !== '<<') {
-          const name = String(k.value);
-          if (keys.has(name)) throw fail(o, `malformed YAML/JSON${posText(at(k))}: map keys must be unique (a key is repeated)`, at(k));
-          keys.add(name);
-        }
-        kids.push(pair.key, pair.value);
-      }
-    } else if (yaml().isSeq(node)) {
-      kids = node.items;
-    } else {
+    const kids = collectionKids(node, (k) => fail(o, `malformed YAML/JSON${posText(at(k))}: map keys must be unique (a key is repeated)`, at(k)));
+    if (kids === undefined) {
       add(1);
       const m = { size: 1, height: 1 };
       if (anchor) anchors.set(anchor, m);
@@ -197,6 +183,27 @@ function measureDocument(doc: Document, lc: LineCounter, o: BoundedParseOptions,
       parent.m.height = Math.max(parent.m.height, top.m.height + 1);
     }
   }
+}
+
+/**
+ * A collection's children in document order (a map's keys and values, a sequence's items), or
+ * undefined for a scalar. A map key repeated (merge keys `<<` aside) throws `duplicate(key)`.
+ */
+function collectionKids(node: unknown, duplicate: (key: unknown) => Error): unknown[] | undefined {
+  if (yaml().isSeq(node)) return node.items;
+  if (!yaml().isMap(node)) return undefined;
+  const keys = new Set<string>();
+  const kids: unknown[] = [];
+  for (const pair of node.items) {
+    const k = pair.key;
+    if (yaml().isScalar(k) && k.value !== '<<') {
+      const name = String(k.value);
+      if (keys.has(name)) throw duplicate(k);
+      keys.add(name);
+    }
+    kids.push(pair.key, pair.value);
+  }
+  return kids;
 }
 
 function posText(p: { line?: number; col?: number }): string {
