@@ -91,19 +91,13 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]);
 }
 
-export async function connectLogind(o: LogindOptions): Promise<Logind> {
-  const address = o.busAddress ?? process.env.DBUS_SYSTEM_BUS_ADDRESS ?? DEFAULT_SYSTEM_BUS;
-  const timeoutMs = o.timeoutMs ?? 10_000;
-  const sock = socketPath(address);
-  if (sock) {
-    try {
-      await fs.access(sock);
-    } catch {
-      throw new NodeletError('UNAVAILABLE', `no D-Bus system bus (${sock} does not exist)`);
-    }
-  }
+/**
+ * A connection to the system bus at `address`, up within `timeoutMs`. `lost` says why it
+ * ended (first reason only) and tells its listeners: every error of the connection after it is
+ * up ends it for us (the shutdown manager reconnects).
+ */
+async function openSystemBus(address: string, timeoutMs: number) {
   const dbus = await import('@jellybrick/dbus-next');
-  const { Message, MessageType } = dbus;
   // The library takes the address from the environment only; pass ours through it.
   const saved = process.env.DBUS_SYSTEM_BUS_ADDRESS;
   process.env.DBUS_SYSTEM_BUS_ADDRESS = address;
@@ -114,18 +108,16 @@ export async function connectLogind(o: LogindOptions): Promise<Logind> {
     if (saved === undefined) delete process.env.DBUS_SYSTEM_BUS_ADDRESS;
     else process.env.DBUS_SYSTEM_BUS_ADDRESS = saved;
   }
-  let lostWhy: string | undefined;
-  const lostListeners = new Set<(why: string) => void>();
-  const lost = (why: string) => {
-    if (lostWhy !== undefined) return;
-    lostWhy = why;
-    for (const l of lostListeners) l(why);
+  const lost = { why: undefined as string | undefined, listeners: new Set<(why: string) => void>() };
+  const end = (why: string) => {
+    if (lost.why !== undefined) return;
+    lost.why = why;
+    for (const l of lost.listeners) l(why);
   };
-  // Every error of the connection after it is up ends it for us: the manager reconnects.
   // ('error' is emitted though the library's event types leave it out.)
   const emitter = bus as unknown as EventEmitter;
-  emitter.on('error', (err: unknown) => lost(errorMessage(err)));
-  (bus as unknown as { _connection?: { on?(ev: string, fn: () => void): void } })._connection?.on?.('end', () => lost('the D-Bus connection was closed'));
+  emitter.on('error', (err: unknown) => end(errorMessage(err)));
+  (bus as unknown as { _connection?: { on?(ev: string, fn: () => void): void } })._connection?.on?.('end', () => end('the D-Bus connection was closed'));
   await withTimeout(
     new Promise<void>((resolve, reject) => {
       bus.once('connect', () => resolve());
@@ -137,6 +129,22 @@ export async function connectLogind(o: LogindOptions): Promise<Logind> {
     bus.disconnect();
     throw err;
   });
+  return { dbus, bus, lost };
+}
+
+export async function connectLogind(o: LogindOptions): Promise<Logind> {
+  const address = o.busAddress ?? process.env.DBUS_SYSTEM_BUS_ADDRESS ?? DEFAULT_SYSTEM_BUS;
+  const timeoutMs = o.timeoutMs ?? 10_000;
+  const sock = socketPath(address);
+  if (sock) {
+    try {
+      await fs.access(sock);
+    } catch {
+      throw new NodeletError('UNAVAILABLE', `no D-Bus system bus (${sock} does not exist)`);
+    }
+  }
+  const { dbus, bus, lost } = await openSystemBus(address, timeoutMs);
+  const { Message, MessageType } = dbus;
 
   const call = async (destination: string, objPath: string, iface: string, member: string, signature = '', body: unknown[] = []): Promise<unknown[]> => {
     const reply = await withTimeout(bus.call(new Message({ destination, path: objPath, interface: iface, member, signature, body })), timeoutMs, `${iface}.${member}`);
@@ -165,8 +173,8 @@ export async function connectLogind(o: LogindOptions): Promise<Logind> {
     },
     inhibitShutdown: () => holdInhibitor(o),
     async watchShutdown(onEvent, onLost) {
-      if (lostWhy !== undefined) throw new NodeletError('UNAVAILABLE', lostWhy);
-      lostListeners.add(onLost);
+      if (lost.why !== undefined) throw new NodeletError('UNAVAILABLE', lost.why);
+      lost.listeners.add(onLost);
       bus.on('message', (msg) => {
         if (msg.type !== MessageType.SIGNAL || msg.interface !== LOGIN1_MANAGER || msg.member !== 'PrepareForShutdown' || msg.path !== LOGIN1_PATH) return;
         const active = msg.body[0];
@@ -181,8 +189,8 @@ export async function connectLogind(o: LogindOptions): Promise<Logind> {
       ]);
     },
     close() {
-      lostListeners.clear();
-      lostWhy ??= 'closed';
+      lost.listeners.clear();
+      lost.why ??= 'closed';
       bus.disconnect();
     },
   };
