@@ -153,6 +153,107 @@ function header(h: http2.IncomingHttpHeaders, name: string): string | undefined 
 }
 
 /** A gRPC channel to one `unix:///path` target, for unary calls. */
+/** One call across its attempts: what is sent, and how it ends (once). */
+interface Call {
+  headers: http2.OutgoingHttpHeaders;
+  framed: Buffer;
+  deadlineMs: number | undefined;
+  onMessage: ((message: Buffer) => void) | undefined;
+  done: boolean;
+  /** The stream of the current attempt. */
+  stream: http2.ClientHttp2Stream | undefined;
+  /** Releases the keepalive hold of the current attempt (calls without a deadline). */
+  release: (() => void) | undefined;
+  finish(err: GrpcError | undefined, res?: Buffer): void;
+}
+
+/**
+ * The answer of one attempt as it arrives: the HTTP status, the gRPC status (in the headers
+ * of a trailers-only answer, or in the trailers), and the length-prefixed messages in DATA,
+ * each handed to `onMessage` (streaming) or kept (unary: exactly one).
+ */
+class Answer {
+  httpStatus: number | undefined;
+  statusCode: number | undefined;
+  statusMessage = '';
+  message: Buffer | undefined;
+  readonly #chunks: Buffer[] = [];
+  #buffered = 0;
+  /** The length of the message whose prefix has been read, until the message is complete. */
+  #expected: number | undefined;
+
+  constructor(
+    readonly maxReceive: number,
+    readonly onMessage: ((message: Buffer) => void) | undefined,
+  ) {}
+
+  takeStatus(h: http2.IncomingHttpHeaders): void {
+    const v = header(h, 'grpc-status');
+    if (v === undefined) return;
+    const n = Number(v);
+    this.statusCode = Number.isInteger(n) && n >= 0 ? n : GrpcStatus.UNKNOWN;
+    this.statusMessage = decodeGrpcMessage(header(h, 'grpc-message') ?? '');
+  }
+
+  /** The answer's headers; an error when they already end the call. */
+  headers(h: http2.IncomingHttpHeaders): GrpcError | undefined {
+    this.httpStatus = Number(h[':status']);
+    this.takeStatus(h); // trailers-only answer
+    if (this.statusCode === undefined && this.httpStatus !== 200) return new GrpcError(grpcCodeForHttpStatus(this.httpStatus), `Received HTTP status code ${this.httpStatus}`);
+    const ct = header(h, 'content-type') ?? '';
+    if (this.statusCode === undefined && !ct.startsWith('application/grpc')) return new GrpcError(GrpcStatus.UNKNOWN, `Received invalid content-type "${ct}"`);
+    return undefined;
+  }
+
+  /** The buffered DATA as one buffer (concatenated once per message, not per chunk). */
+  #coalesce(): Buffer {
+    if (this.#chunks.length !== 1) this.#chunks.splice(0, this.#chunks.length, Buffer.concat(this.#chunks, this.#buffered));
+    return this.#chunks[0]!;
+  }
+
+  /** DATA: pulls out the complete messages; an error when the answer is malformed. `ended()`: the call ended meanwhile (onMessage may end it). */
+  data(chunk: Buffer, ended: () => boolean): GrpcError | undefined {
+    this.#chunks.push(chunk);
+    this.#buffered += chunk.length;
+    for (;;) {
+      if (this.#expected === undefined) {
+        if (this.#buffered < 5) return undefined;
+        const head = this.#chunks[0]!.length >= 5 ? this.#chunks[0]! : this.#coalesce();
+        const len = head.readUInt32BE(1);
+        if (head[0] !== 0) return new GrpcError(GrpcStatus.INTERNAL, 'Received compressed message but no compression was negotiated');
+        if (len > this.maxReceive) return new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs. ${this.maxReceive})`);
+        if (this.message !== undefined && !this.onMessage) return new GrpcError(GrpcStatus.INTERNAL, 'Received more than one message in a unary call');
+        this.#expected = len;
+      }
+      const expected = this.#expected;
+      if (this.#buffered < 5 + expected) return undefined;
+      const all = this.#coalesce();
+      // A copy only when the message is a part of a larger buffer.
+      const body = all.subarray(5, 5 + expected);
+      this.message = body.length === all.length - 5 && all.byteOffset === 0 && all.buffer.byteLength === all.length ? body : Buffer.from(body);
+      const rest = all.subarray(5 + expected);
+      this.#chunks.length = 0;
+      this.#buffered = rest.length;
+      if (rest.length) this.#chunks.push(rest);
+      this.#expected = undefined;
+      if (this.onMessage) {
+        this.onMessage(this.message);
+        if (ended()) return undefined;
+      }
+    }
+  }
+
+  /** At the stream's close: how the call ends when a status came, else undefined. */
+  outcome(): { err: GrpcError | undefined; res?: Buffer } | undefined {
+    if (this.statusCode === undefined) return undefined;
+    if (this.statusCode !== GrpcStatus.OK) return { err: new GrpcError(this.statusCode, this.statusMessage) };
+    if (this.#buffered > 0) return { err: new GrpcError(GrpcStatus.INTERNAL, 'Incomplete message at the end of the answer') };
+    if (this.onMessage) return { err: undefined, res: Buffer.alloc(0) };
+    if (this.message === undefined) return { err: new GrpcError(GrpcStatus.UNIMPLEMENTED, 'No message received') };
+    return { err: undefined, res: this.message };
+  }
+}
+
 export class UnaryChannel {
   readonly target: string;
   readonly #socketPath: string;
@@ -307,189 +408,117 @@ export class UnaryChannel {
   }
 
   #call(path: string, body: Uint8Array, o: { deadlineMs?: number; onMessage?: (message: Buffer) => void; signal?: AbortSignal }): Promise<Buffer> {
-    const { deadlineMs, onMessage, signal } = o;
+    const { deadlineMs, signal } = o;
     if (this.#closed) return Promise.reject(new GrpcError(GrpcStatus.CANCELLED, 'Channel has been shut down'));
     if (body.length > this.#maxSend) {
       return Promise.reject(new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.#maxSend})`));
     }
-    const framed = Buffer.concat([prefix(body.length), body]);
     return new Promise<Buffer>((resolve, reject) => {
-      const headers: http2.OutgoingHttpHeaders = {
-        ':method': 'POST',
-        ':path': path,
-        'content-type': 'application/grpc',
-        te: 'trailers',
-        ...(deadlineMs !== undefined ? { 'grpc-timeout': grpcTimeout(deadlineMs) } : {}),
-        'user-agent': 'nodelet-grpc-unary',
+      const call: Call = {
+        headers: {
+          ':method': 'POST',
+          ':path': path,
+          'content-type': 'application/grpc',
+          te: 'trailers',
+          ...(deadlineMs !== undefined ? { 'grpc-timeout': grpcTimeout(deadlineMs) } : {}),
+          'user-agent': 'nodelet-grpc-unary',
+        },
+        framed: Buffer.concat([prefix(body.length), body]),
+        deadlineMs,
+        onMessage: o.onMessage,
+        done: false,
+        stream: undefined,
+        release: undefined,
+        finish: (err, res) => {
+          if (call.done) return;
+          call.done = true;
+          cancelDeadline?.();
+          call.release?.();
+          signal?.removeEventListener('abort', onAbort);
+          if (err) {
+            if (call.stream && !call.stream.closed) call.stream.close(http2.constants.NGHTTP2_CANCEL);
+            reject(err);
+          } else resolve(res!);
+        },
       };
-
-      let done = false;
-      /** The stream of the current attempt. */
-      let stream: http2.ClientHttp2Stream | undefined;
-      /** Releases the keepalive hold of the current attempt (calls without a deadline). */
-      let release: (() => void) | undefined;
-      const finish = (err: GrpcError | undefined, res?: Buffer) => {
-        if (done) return;
-        done = true;
-        cancelDeadline?.();
-        release?.();
-        signal?.removeEventListener('abort', onAbort);
-        if (err) {
-          if (stream && !stream.closed) stream.close(http2.constants.NGHTTP2_CANCEL);
-          reject(err);
-        } else resolve(res!);
-      };
-      const cancelDeadline = deadlineMs !== undefined ? this.#after(deadlineMs, () => finish(new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded'))) : undefined;
-      const onAbort = () => finish(new GrpcError(GrpcStatus.CANCELLED, 'Cancelled on client'));
+      const cancelDeadline = deadlineMs !== undefined ? this.#after(deadlineMs, () => call.finish(new GrpcError(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded'))) : undefined;
+      const onAbort = () => call.finish(new GrpcError(GrpcStatus.CANCELLED, 'Cancelled on client'));
       if (signal?.aborted) return onAbort();
       signal?.addEventListener('abort', onAbort, { once: true });
-
-      /** One attempt on the current session; `retried`: this is the transparent retry. */
-      const attempt = (retried: boolean): void => {
-        let conn: Conn;
-        let s: http2.ClientHttp2Stream;
-        try {
-          conn = this.#connect();
-          s = conn.session.request(headers);
-        } catch (err) {
-          // A session that got GOAWAY or closed between the check and the request: one new session.
-          this.#conn = undefined;
-          try {
-            conn = this.#connect();
-            s = conn.session.request(headers);
-          } catch (err2) {
-            finish(new GrpcError(GrpcStatus.UNAVAILABLE, `cannot start call: ${(err2 as Error).message ?? String(err)}`));
-            return;
-          }
-        }
-        stream = s;
-        if (deadlineMs === undefined) release = this.#holdKeepalive(conn);
-        /** Something arrived for this call: the session is alive (read only while the keepalive runs). */
-        const alive = () => {
-          if (conn.unbounded > 0) conn.lastRx = this.#clock.now();
-        };
-
-        // Response state.
-        let httpStatus: number | undefined;
-        let statusCode: number | undefined;
-        let statusMessage = '';
-        const chunks: Buffer[] = [];
-        let buffered = 0;
-        let message: Buffer | undefined;
-        let streamError: Error | undefined;
-
-        const takeStatus = (h: http2.IncomingHttpHeaders): void => {
-          const v = header(h, 'grpc-status');
-          if (v === undefined) return;
-          const n = Number(v);
-          statusCode = Number.isInteger(n) && n >= 0 ? n : GrpcStatus.UNKNOWN;
-          statusMessage = decodeGrpcMessage(header(h, 'grpc-message') ?? '');
-        };
-
-        /** The length of the message whose prefix has been read, until the message is complete. */
-        let expected: number | undefined;
-        /** The buffered DATA as one buffer (concatenated once per message, not per chunk). */
-        const coalesce = (): Buffer => {
-          if (chunks.length !== 1) chunks.splice(0, chunks.length, Buffer.concat(chunks, buffered));
-          return chunks[0]!;
-        };
-
-        /** Pulls complete messages out of the buffered DATA; false once the call has failed. */
-        const drain = (): boolean => {
-          for (;;) {
-            if (expected === undefined) {
-              if (buffered < 5) return true;
-              const head = chunks[0]!.length >= 5 ? chunks[0]! : coalesce();
-              const len = head.readUInt32BE(1);
-              if (head[0] !== 0) {
-                finish(new GrpcError(GrpcStatus.INTERNAL, 'Received compressed message but no compression was negotiated'));
-                return false;
-              }
-              if (len > this.#maxReceive) {
-                finish(new GrpcError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs. ${this.#maxReceive})`));
-                return false;
-              }
-              if (message !== undefined && !onMessage) {
-                finish(new GrpcError(GrpcStatus.INTERNAL, 'Received more than one message in a unary call'));
-                return false;
-              }
-              expected = len;
-            }
-            if (buffered < 5 + expected) return true;
-            const all = coalesce();
-            // A copy only when the message is a part of a larger buffer.
-            const body = all.subarray(5, 5 + expected);
-            message = body.length === all.length - 5 && all.byteOffset === 0 && all.buffer.byteLength === all.length ? body : Buffer.from(body);
-            const rest = all.subarray(5 + expected);
-            chunks.length = 0;
-            buffered = rest.length;
-            if (rest.length) chunks.push(rest);
-            expected = undefined;
-            if (onMessage) {
-              onMessage(message);
-              if (done) return false;
-            }
-          }
-        };
-
-        s.on('response', (h) => {
-          if (done) return;
-          alive();
-          httpStatus = Number(h[':status']);
-          takeStatus(h); // trailers-only answer
-          if (statusCode === undefined && httpStatus !== 200) {
-            finish(new GrpcError(grpcCodeForHttpStatus(httpStatus), `Received HTTP status code ${httpStatus}`));
-            return;
-          }
-          const ct = header(h, 'content-type') ?? '';
-          if (statusCode === undefined && !ct.startsWith('application/grpc')) {
-            finish(new GrpcError(GrpcStatus.UNKNOWN, `Received invalid content-type "${ct}"`));
-          }
-        });
-        s.on('data', (chunk: Buffer) => {
-          if (done) return;
-          alive();
-          chunks.push(chunk);
-          buffered += chunk.length;
-          drain();
-        });
-        s.on('trailers', (h) => takeStatus(h));
-        s.on('error', (err: Error) => {
-          streamError = err;
-        });
-        s.on('close', () => {
-          if (done) return;
-          if (statusCode !== undefined) {
-            if (statusCode !== GrpcStatus.OK) return finish(new GrpcError(statusCode, statusMessage));
-            if (buffered > 0) return finish(new GrpcError(GrpcStatus.INTERNAL, 'Incomplete message at the end of the answer'));
-            if (onMessage) return finish(undefined, Buffer.alloc(0));
-            if (message === undefined) return finish(new GrpcError(GrpcStatus.UNIMPLEMENTED, 'No message received'));
-            return finish(undefined, message);
-          }
-          // No status. Never processed by the server (no answer headers, and above its
-          // GOAWAY's lastStreamID or refused): sent again once, on a new session.
-          const unprocessed =
-            httpStatus === undefined &&
-            (s.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM || (conn.goawayLast !== undefined && s.id !== undefined && s.id > conn.goawayLast));
-          if (unprocessed && !retried) {
-            release?.();
-            release = undefined;
-            return attempt(true); // the GOAWAY already dropped the session: a new one
-          }
-          // Otherwise the connection went away, or the stream was reset.
-          const session = conn.session;
-          const lost = session.destroyed || session.closed || conn.error !== undefined || httpStatus === undefined;
-          if (lost) {
-            const why = conn.error ?? streamError;
-            return finish(new GrpcError(GrpcStatus.UNAVAILABLE, why ? `Connection dropped: ${why.message}` : 'Connection dropped'));
-          }
-          const rst = s.rstCode ?? http2.constants.NGHTTP2_INTERNAL_ERROR;
-          finish(new GrpcError(grpcCodeForRst(rst), `Stream closed without a status (RST_STREAM code ${rst})`));
-        });
-        s.end(framed);
-      };
-      attempt(false);
+      this.#attempt(call, false);
     });
+  }
+
+  /** A stream on the current session, or on one new session when that one got GOAWAY or closed meanwhile. */
+  #open(headers: http2.OutgoingHttpHeaders): { conn: Conn; s: http2.ClientHttp2Stream } | GrpcError {
+    try {
+      const conn = this.#connect();
+      return { conn, s: conn.session.request(headers) };
+    } catch (err) {
+      this.#conn = undefined;
+      try {
+        const conn = this.#connect();
+        return { conn, s: conn.session.request(headers) };
+      } catch (err2) {
+        return new GrpcError(GrpcStatus.UNAVAILABLE, `cannot start call: ${(err2 as Error).message ?? String(err)}`);
+      }
+    }
+  }
+
+  /** One attempt of `call` on the current session; `retried`: this is the transparent retry. */
+  #attempt(call: Call, retried: boolean): void {
+    const opened = this.#open(call.headers);
+    if (opened instanceof GrpcError) return call.finish(opened);
+    const { conn, s } = opened;
+    call.stream = s;
+    if (call.deadlineMs === undefined) call.release = this.#holdKeepalive(conn);
+    /** Something arrived for this call: the session is alive (read only while the keepalive runs). */
+    const alive = () => {
+      if (conn.unbounded > 0) conn.lastRx = this.#clock.now();
+    };
+    const answer = new Answer(this.#maxReceive, call.onMessage);
+    let streamError: Error | undefined;
+    s.on('response', (h) => {
+      if (call.done) return;
+      alive();
+      const err = answer.headers(h);
+      if (err) call.finish(err);
+    });
+    s.on('data', (chunk: Buffer) => {
+      if (call.done) return;
+      alive();
+      const err = answer.data(chunk, () => call.done);
+      if (err) call.finish(err);
+    });
+    s.on('trailers', (h) => answer.takeStatus(h));
+    s.on('error', (err: Error) => {
+      streamError = err;
+    });
+    s.on('close', () => {
+      if (call.done) return;
+      const outcome = answer.outcome();
+      if (outcome) return call.finish(outcome.err, outcome.res);
+      // No status. Never processed by the server (no answer headers, and above its
+      // GOAWAY's lastStreamID or refused): sent again once, on a new session.
+      const unprocessed =
+        answer.httpStatus === undefined &&
+        (s.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM || (conn.goawayLast !== undefined && s.id !== undefined && s.id > conn.goawayLast));
+      if (unprocessed && !retried) {
+        call.release?.();
+        call.release = undefined;
+        return this.#attempt(call, true); // the GOAWAY already dropped the session: a new one
+      }
+      // Otherwise the connection went away, or the stream was reset.
+      const session = conn.session;
+      const lost = session.destroyed || session.closed || conn.error !== undefined || answer.httpStatus === undefined;
+      if (lost) {
+        const why = conn.error ?? streamError;
+        return call.finish(new GrpcError(GrpcStatus.UNAVAILABLE, why ? `Connection dropped: ${why.message}` : 'Connection dropped'));
+      }
+      const rst = s.rstCode ?? http2.constants.NGHTTP2_INTERNAL_ERROR;
+      call.finish(new GrpcError(grpcCodeForRst(rst), `Stream closed without a status (RST_STREAM code ${rst})`));
+    });
+    s.end(call.framed);
   }
 
   /** Closes the session; later calls fail with CANCELLED. Idempotent. */
