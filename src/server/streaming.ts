@@ -246,6 +246,91 @@ interface Session {
  * Resolves streaming requests to runtime URLs and proxies the sessions. Built once by the
  * composition root; `closeAll()` (server stop) ends every open session.
  */
+/**
+ * An upgrade between the client and the runtime's streaming server, until the runtime's
+ * response head is read: the client's bytes (`head`, then what it sends; past
+ * MAX_EARLY_BYTES it is no longer read) are held, never sent ahead of a 101. Then, on a 101,
+ * the held bytes go upstream and the two sides are piped; on anything else the refusal
+ * reaches the client, the held bytes are dropped, and the connection ends once the refusal's
+ * body (its Content-Length) has been relayed.
+ */
+class UpgradeGate {
+  /** 'head' until the runtime's response head is read; then 'upgraded' (101) or 'refused'. */
+  phase: 'head' | 'upgraded' | 'refused' = 'head';
+  readonly #early: Buffer[];
+  #earlyBytes: number;
+  #answer: Buffer = Buffer.alloc(0);
+
+  constructor(
+    readonly client: Duplex,
+    readonly upstream: net.Socket,
+    head: Buffer,
+    readonly close: () => void,
+  ) {
+    this.#early = head.length > 0 ? [head] : [];
+    this.#earlyBytes = head.length;
+    client.on('data', this.#onEarly);
+    if (this.#earlyBytes > MAX_EARLY_BYTES) client.pause();
+  }
+
+  readonly #onEarly = (d: Buffer): void => {
+    this.#early.push(d);
+    this.#earlyBytes += d.length;
+    if (this.#earlyBytes > MAX_EARLY_BYTES) this.client.pause();
+  };
+
+  /** The upstream connection is up: its answer is read from now on. */
+  listen(): void {
+    this.upstream.on('data', this.#onAnswer);
+  }
+
+  readonly #onAnswer = (d: Buffer): void => {
+    const { client, upstream } = this;
+    this.#answer = this.#answer.length === 0 ? d : Buffer.concat([this.#answer, d]);
+    const answer = this.#answer;
+    const end = answer.indexOf('\r\n\r\n');
+    if (end < 0) {
+      if (answer.length > MAX_ANSWER_HEAD_BYTES) {
+        this.phase = 'refused';
+        upstream.off('data', this.#onAnswer);
+        writeFailure(client, 502, `the runtime's streaming server answered a response head over ${MAX_ANSWER_HEAD_BYTES} bytes`);
+        this.close();
+      }
+      return;
+    }
+    upstream.off('data', this.#onAnswer);
+    client.off('data', this.#onEarly);
+    const headText = answer.subarray(0, end).toString('latin1');
+    if (/^HTTP\/1\.[01] 101[ \r]/.test(headText + '\r')) {
+      this.phase = 'upgraded';
+      client.write(answer);
+      for (const b of this.#early.splice(0)) upstream.write(b);
+      upstream.pipe(client);
+      client.pipe(upstream);
+      return;
+    }
+    this.#refused(answer, headText, end);
+  };
+
+  /** Refused: the answer reaches the client; what the client sent is dropped, and so is whatever it sends until the connection ends (read, so that its closing is seen). */
+  #refused(answer: Buffer, headText: string, end: number): void {
+    const { client, upstream } = this;
+    this.phase = 'refused';
+    this.#early.length = 0;
+    client.on('data', () => undefined);
+    client.resume();
+    client.write(answer);
+    const length = /\r\ncontent-length:[ \t]*(\d{1,15})[ \t]*(?=\r\n|$)/i.exec(headText)?.[1];
+    let remaining = length === undefined ? Infinity : Number(length) - (answer.length - end - 4);
+    if (remaining <= 0) return this.close();
+    upstream.on('data', (more: Buffer) => {
+      client.write(more);
+      remaining -= more.length;
+      if (remaining <= 0) this.close();
+    });
+  }
+}
+
 export class StreamingService {
   readonly idleTimeoutMs: number;
   readonly #log: Logger;
@@ -373,8 +458,6 @@ export class StreamingService {
       const session: Session = { client, upstream };
       let open = false;
       let closed = false;
-      /** 'head' until the runtime's response head is read; then 'upgraded' (101) or 'refused'. */
-      let phase: 'head' | 'upgraded' | 'refused' = 'head';
       const close = () => {
         if (closed) return;
         closed = true;
@@ -387,59 +470,7 @@ export class StreamingService {
           upstream.destroy();
         }, 1000).unref();
       };
-
-      // The client's bytes before the runtime's answer: held, never sent ahead of a 101.
-      const early: Buffer[] = head.length > 0 ? [head] : [];
-      let earlyBytes = head.length;
-      const onEarly = (d: Buffer) => {
-        early.push(d);
-        earlyBytes += d.length;
-        if (earlyBytes > MAX_EARLY_BYTES) client.pause();
-      };
-      client.on('data', onEarly);
-      if (earlyBytes > MAX_EARLY_BYTES) client.pause();
-
-      // The runtime's response head, read before anything of the client goes upstream.
-      let answer: Buffer = Buffer.alloc(0);
-      const onAnswer = (d: Buffer) => {
-        answer = answer.length === 0 ? d : Buffer.concat([answer, d]);
-        const end = answer.indexOf('\r\n\r\n');
-        if (end < 0) {
-          if (answer.length > MAX_ANSWER_HEAD_BYTES) {
-            phase = 'refused';
-            upstream.off('data', onAnswer);
-            writeFailure(client, 502, `the runtime's streaming server answered a response head over ${MAX_ANSWER_HEAD_BYTES} bytes`);
-            close();
-          }
-          return;
-        }
-        upstream.off('data', onAnswer);
-        client.off('data', onEarly);
-        const headText = answer.subarray(0, end).toString('latin1');
-        if (/^HTTP\/1\.[01] 101[ \r]/.test(headText + '\r')) {
-          phase = 'upgraded';
-          client.write(answer);
-          for (const b of early.splice(0)) upstream.write(b);
-          upstream.pipe(client);
-          client.pipe(upstream);
-          return;
-        }
-        // Refused: the answer reaches the client; what the client sent is dropped, and so is
-        // whatever it sends until the connection ends (read, so that its closing is seen).
-        phase = 'refused';
-        early.length = 0;
-        client.on('data', () => undefined);
-        client.resume();
-        client.write(answer);
-        const length = /\r\ncontent-length:[ \t]*(\d{1,15})[ \t]*(?=\r\n|$)/i.exec(headText)?.[1];
-        let remaining = length === undefined ? Infinity : Number(length) - (answer.length - end - 4);
-        if (remaining <= 0) return close();
-        upstream.on('data', (more: Buffer) => {
-          client.write(more);
-          remaining -= more.length;
-          if (remaining <= 0) close();
-        });
-      };
+      const gate = new UpgradeGate(client, upstream, head, close);
 
       upstream.once(connected, () => {
         if (closed) {
@@ -449,19 +480,9 @@ export class StreamingService {
         }
         open = true;
         this.#sessions.add(session);
-        upstream.on('data', onAnswer);
+        gate.listen();
         upstream.write(requestHead(req, u));
-        if (this.idleTimeoutMs > 0) {
-          // Reads and writes both count as activity; a session quiet on both sides ends.
-          for (const s of [client, upstream] as (Duplex & { setTimeout?: (ms: number, cb?: () => void) => void })[]) {
-            s.setTimeout?.(this.idleTimeoutMs, () => {
-              log.info({ idleTimeoutMs: this.idleTimeoutMs }, 'streaming session idle: closed');
-              close();
-              client.destroy();
-              upstream.destroy();
-            });
-          }
-        }
+        this.#idleTimeouts(client, upstream, close);
         resolve();
       });
       upstream.on('error', (err) => {
@@ -481,7 +502,7 @@ export class StreamingService {
       });
       upstream.on('close', () => {
         // The runtime went away before answering: the client still gets an answer.
-        if (open && phase === 'head' && !closed) writeFailure(client, 502, "the runtime's streaming server closed the connection without answering");
+        if (open && gate.phase === 'head' && !closed) writeFailure(client, 502, "the runtime's streaming server closed the connection without answering");
         close();
       });
       client.on('close', () => {
@@ -492,6 +513,19 @@ export class StreamingService {
         close();
       });
     });
+  }
+
+  /** Reads and writes both count as activity; a session quiet on both sides for idleTimeoutMs ends. */
+  #idleTimeouts(client: Duplex, upstream: net.Socket, close: () => void): void {
+    if (!(this.idleTimeoutMs > 0)) return;
+    for (const s of [client, upstream] as (Duplex & { setTimeout?: (ms: number, cb?: () => void) => void })[]) {
+      s.setTimeout?.(this.idleTimeoutMs, () => {
+        this.#log.info({ idleTimeoutMs: this.idleTimeoutMs }, 'streaming session idle: closed');
+        close();
+        client.destroy();
+        upstream.destroy();
+      });
+    }
   }
 
   /** Ends every open session at once (server stop). */
