@@ -13,7 +13,7 @@
  * (which publishes every task and container change), once it has stayed open for `settleMs`
  * (a runtime without the method answers UNIMPLEMENTED at once; grpc-go sends no headers
  * before the first event). Going live, and losing the stream, each ask for one relist (what
- * changed meanwhile is not lost). Events are coalesced: one `onEvent` per `coalesceMs`. When
+ * changed meanwhile is not lost). Events are coalesced: the first at once, then at most one `onEvent` per `coalesceMs`. When
  * the runtime has neither source, nothing is live and the relist stays at 1 s; the sources
  * are asked again every `retryUnsupportedMs` (the runtime may have been upgraded).
  *
@@ -73,6 +73,8 @@ export class RuntimeEvents {
   #delayMs = 0;
   #failures = 0;
   #pending = false;
+  /** Events came while a window was open: told at its end. */
+  #again = false;
   #unsupportedLogged = false;
 
   constructor(o: RuntimeEventsOptions) {
@@ -137,7 +139,7 @@ export class RuntimeEvents {
       this.#failures = 0;
       this.#o.logger.info({ source }, `runtime events: subscribed to ${source === 'cri' ? 'CRI GetContainerEvents' : "containerd's event service"}; the pod relist runs on events`);
       this.#source = source;
-      this.#o.onEvent(); // what changed before the subscription
+      this.#changed(); // what changed before the subscription (opens a window: the events with it are told once more at its end)
     };
     // containerd's event service publishes every task and container change: open for a while
     // without a failure is enough. A CRI runtime may accept GetContainerEvents and never send
@@ -161,14 +163,25 @@ export class RuntimeEvents {
     }
   }
 
-  /** One onEvent per coalesceMs while events keep coming (a pod start is a dozen events). */
+  /**
+   * The first event after a quiet spell is told at once (a container's exit reaches the pod's
+   * status at the runtime's pace); the events that follow within coalesceMs are told once, at
+   * its end, and open a new window: at most one onEvent per coalesceMs while events keep coming
+   * (a pod start is a dozen events).
+   */
   #changed(): void {
-    if (this.#pending) return;
+    if (this.#pending) {
+      this.#again = true;
+      return;
+    }
     this.#pending = true;
+    this.#o.onEvent();
     void this.#o.clock.sleep(this.#o.coalesceMs).then(
       () => {
         this.#pending = false;
-        this.#o.onEvent();
+        if (!this.#again) return;
+        this.#again = false;
+        this.#changed();
       },
       () => (this.#pending = false),
     );

@@ -93,6 +93,14 @@ const SYNC_SLACK = 0.5;
 /** How long after a runtime event the relist keeps its `relistMs` pace (runtimeChanged). */
 export const RUNTIME_CHANGE_FOLLOW_MS = 3000;
 
+/**
+ * The looks after a runtime event, in ms after it, before the `relistMs` pace: containerd's
+ * event service publishes a task's exit as its CRI plugin receives it, and the plugin's own
+ * record (what ListContainers answers) follows a few ms later; the relist at the event can
+ * still list the container running, the one 30 ms on sees it exited.
+ */
+export const RUNTIME_CHANGE_LOOKS_MS: readonly number[] = [30, 100, 300];
+
 /** How often the directories pods left on the node are looked for (the kubelet's housekeeping runs every 2 s; a directory listing every 10 s is plenty). */
 const HOUSEKEEPING_MS = 10_000;
 
@@ -174,7 +182,11 @@ export class PodManager {
     // relistMs after the last listing (the turn may have waited for its syncs since).
     const every = Math.max(0, this.#o.relistMs - (now - this.#lastTurn));
     if (!this.#o.runtimeEvents?.live) return every;
-    if (now - this.#changedAt < RUNTIME_CHANGE_FOLLOW_MS) return every;
+    const since = now - this.#changedAt;
+    if (since < RUNTIME_CHANGE_FOLLOW_MS) {
+      const look = RUNTIME_CHANGE_LOOKS_MS.find((t) => t > since);
+      return look === undefined ? every : Math.min(every, look - since);
+    }
     let due = now + EVENTED_RELIST_MS;
     const periodic = this.#o.syncFrequencyMs * (1 + SYNC_SLACK);
     for (const w of this.#workers.values()) {
@@ -549,6 +561,11 @@ export class PodManager {
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);
       addProbeKills(plan, observed, (id) => this.#probes.mustRestart(id));
+      const idle = !plan.killPod && !plan.createSandbox && !plan.start.length && !plan.kill.length && !plan.removeContainers.length && !plan.removeSandboxes.length;
+      // What changed is shown before it is acted on (the kubelet's SyncPod sets the status from
+      // the runtime's state first): a container's exit reaches the status at the runtime's
+      // pace, not after its restart (a CreateContainer and StartContainer later).
+      if (!idle && operation === 'sync') await this.#refreshStatus(ctx, w, observed.sandboxes.find((s) => s.ready)?.id, waiting, observed);
       if (plan.killPod) for (const f of await killPod(ctx, w.pod, observed, ctx.gracePeriodSeconds)) ctx.log.warn(f);
       const sandbox = await ensureSandbox(ctx, w, plan, observed, now);
       await killContainers(ctx, w.pod, plan.kill);
@@ -556,7 +573,6 @@ export class PodManager {
       await ctx.runtime.refreshVolumes?.(w.pod);
       await collectGarbage(ctx, plan);
       // Nothing done: what was observed is still what runs (no second look at the runtime).
-      const idle = !plan.killPod && !plan.createSandbox && !plan.start.length && !plan.kill.length && !plan.removeContainers.length && !plan.removeSandboxes.length;
       await this.#refreshStatus(ctx, w, sandbox.id, waiting, idle ? observed : undefined);
       // A sync that acted looks again at the next relist (what it started may change at once).
       if (!idle) w.needsSync = true;
