@@ -28,6 +28,7 @@ import { freePort } from '../test/helpers/nodelet.js';
 import { benchArgs, machine, median, rows, runningPods, stageManifest, startAgent, until, httpStatus, sleep, type Agent } from './agent.js';
 import { benchContainerd, IMAGE } from './runtime.js';
 import { percentile, writeSection } from './sections.js';
+import { removeDir } from '../test/helpers/cleanup.js';
 
 const NODE = 'bench';
 
@@ -142,7 +143,7 @@ async function main(): Promise<void> {
     await agent?.stop();
     await api.close().catch(() => undefined);
     await cp.close();
-    await fsp.rm(dir, { recursive: true, force: true });
+    removeDir(dir); // pods' volumes stay mounted when nodelet stops, as the kubelet's
   }
 }
 

@@ -31,6 +31,7 @@ import { freePort } from '../test/helpers/nodelet.js';
 import { bareNode, benchArgs, cpuMs, httpStatus, machine, mb, median, NODELET_MAIN, rawStart, removeRaw, rssBytes, runningPods, sleep, stageManifest, startAgent, TSC_MAIN, until, type Agent } from './agent.js';
 import { benchContainerd } from './runtime.js';
 import { writeSection } from './sections.js';
+import { removeDir } from '../test/helpers/cleanup.js';
 
 const NODE = 'bench';
 const PODS = 110;
@@ -240,7 +241,7 @@ async function main(): Promise<void> {
     cri.close();
     await cp.close();
     if (process.exitCode) process.stderr.write(`nodelet's log: ${await fsp.readFile(path.join(dir, 'nodelet.log'), 'utf8').catch(() => '')}`.slice(-4000));
-    await fsp.rm(dir, { recursive: true, force: true });
+    removeDir(dir); // pods' volumes stay mounted when nodelet stops, as the kubelet's
   }
 }
 

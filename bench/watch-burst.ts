@@ -46,6 +46,7 @@ import { startControlPlane } from '../test/control-plane/server.js';
 import { freePort } from '../test/helpers/nodelet.js';
 import { benchArgs, cpuMs, machine, NODELET_MAIN, rssBytes, sleep, startAgent, type Agent } from './agent.js';
 import { percentile, writeSection } from './sections.js';
+import { removeDir } from '../test/helpers/cleanup.js';
 
 const NODE = 'bench';
 const LEASE_S = 4;
@@ -353,7 +354,7 @@ async function main(): Promise<void> {
     await api.close();
     await cri.stop();
     await cp.close();
-    await fsp.rm(dir, { recursive: true, force: true });
+    removeDir(dir); // pods' volumes stay mounted when nodelet stops, as the kubelet's
   }
 }
 

@@ -90,6 +90,14 @@ export interface NodeMode {
  */
 export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOptions): Promise<NodeMode> {
   if (kubeconfig === undefined) return standaloneMode();
+  // TLS bootstrap (--bootstrap-kubeconfig): a missing or expired kubeconfig is written first,
+  // with a client certificate the control plane issued (src/controlplane/bootstrap.ts).
+  if (o.bootstrap) {
+    const { ensureClientCertificate } = await import('./controlplane/bootstrap.js');
+    await ensureClientCertificate({ kubeconfig, bootstrapKubeconfig: o.bootstrap.kubeconfig, certDir: o.bootstrap.certDir, nodeName: o.identity.nodeName, clock: o.clock, logger: o.logger, signal: o.bootstrap.signal });
+  }
+  // rotateCertificates: the newest pair in --cert-dir (a rotated one) wins over the kubeconfig's.
+  const rotation = o.config.rotateCertificates && o.certDir ? await rotationSetup(kubeconfig, o.certDir, o.bootstrap?.kubeconfig, o.clock.now()) : undefined;
   // Imported only when connected: the control-plane client and its parts, which a standalone node never needs.
   const { controlPlanePorts } = await import('./controlplane/adapter.js');
   // The Lease's deadline, as the kubelet's heartbeat client: min(nodeStatusUpdateFrequency,
@@ -100,14 +108,39 @@ export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOp
   // client-go's token buckets, as the kubelet gives its clients: kubeAPIQPS/kubeAPIBurst for
   // the main client, eventRecordQPS/eventBurst for the events' own; the heartbeat (Lease,
   // Node status) has none. QPS 0 means client-go's default (5), a negative QPS no limit.
-  return connectedMode(
-    await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, {
-      leaseTimeoutMs,
-      apiLimiter: clientGoLimit(o.config.kubeAPIQPS, o.config.kubeAPIBurst, o.clock),
-      eventLimiter: clientGoLimit(o.config.eventRecordQPS, o.config.eventBurst, o.clock),
-    }),
-    o,
-  );
+  const ports = await controlPlanePorts(kubeconfig, o.identity.nodeName, o.logger, {
+    leaseTimeoutMs,
+    apiLimiter: clientGoLimit(o.config.kubeAPIQPS, o.config.kubeAPIBurst, o.clock),
+    eventLimiter: clientGoLimit(o.config.eventRecordQPS, o.config.eventBurst, o.clock),
+    ...(rotation ? { clientCertificate: { cert: rotation.access.cert, key: rotation.access.key } } : {}),
+  });
+  if (!rotation) return connectedMode(ports, o);
+  const { ClientCertificateRotator } = await import('./controlplane/rotation.js');
+  const rotator = new ClientCertificateRotator({
+    ...rotation,
+    certDir: o.certDir!,
+    nodeName: o.identity.nodeName,
+    clock: o.clock,
+    logger: o.logger,
+    apply: (cert, key) => ports.setClientCertificate?.(cert, key),
+  });
+  return connectedMode(ports, { ...o, certificateRotation: rotator });
+}
+
+/**
+ * What rotation starts from: the kubeconfig's access with the pair in use, which is
+ * `<cert-dir>/kubelet-client-current.pem` when it holds a certificate that has not expired
+ * (the kubelet's file store: a rotated pair outlives the kubeconfig's), else the kubeconfig's.
+ * Undefined (no rotation) when the kubeconfig authenticates without a client certificate.
+ */
+async function rotationSetup(kubeconfig: string, certDir: string, bootstrapKubeconfig: string | undefined, now: number) {
+  const { loadKubeconfig } = await import('./controlplane/kubeconfig.js');
+  const { readCurrentPair } = await import('./controlplane/bootstrap.js');
+  const access = loadKubeconfig(kubeconfig);
+  const stored = readCurrentPair(certDir, now);
+  const pair = stored ?? (access.cert && access.key ? { cert: access.cert, key: access.key } : undefined);
+  if (!pair) return undefined;
+  return { access: { ...access, ...pair }, ...(bootstrapKubeconfig ? { bootstrap: () => loadKubeconfig(bootstrapKubeconfig) } : {}) };
 }
 
 /** Standalone: no control plane is contacted, nothing of connected mode is built. */
@@ -120,6 +153,12 @@ export interface ConnectedOptions {
   config: KubeletConfiguration;
   clock: Clock;
   logger: Logger;
+  /** `--bootstrap-kubeconfig` and `--cert-dir`: bootstrap the kubeconfig when it is missing or expired; the signal cancels the wait. */
+  bootstrap?: { kubeconfig: string; certDir: string; signal: AbortSignal };
+  /** `--cert-dir`: where rotated client certificates go (`rotateCertificates`). */
+  certDir?: string;
+  /** Set by nodeModeFor with `rotateCertificates`: the loop renewing the client certificate. */
+  certificateRotation?: { start(signal: AbortSignal): void; stop(): Promise<void> };
 }
 
 /**
@@ -139,6 +178,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     name: 'connected',
     events,
     reviews: cp.reviews,
+    ...(cp.objects ? { objects: cp.objects } : {}),
     apiNode: () => cp.nodes.watchedNode?.(identity.nodeName)?.node,
     podSources: ['api'],
     staticPodsChanged: (pods) => mirrors.setStaticPods(pods),
@@ -211,6 +251,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
       // most 2 s), and the client closes last, with nothing left in flight.
       return [
         { name: 'control-plane-client', start: () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
+        ...(o.certificateRotation ? [{ name: 'certificate-rotation', start: (signal: AbortSignal) => o.certificateRotation!.start(signal), stop: () => o.certificateRotation!.stop() }] : []),
         { name: 'events', start: () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
         {
           name: 'api-pods',

@@ -249,7 +249,7 @@ function eventFields(e: Pending): Record<string, string | undefined> {
 }
 
 /** The reference to a pod (and one of its containers) that events are about. */
-export function podRef(pod: { metadata?: { name?: string; namespace?: string; uid?: string; resourceVersion?: string } }, container?: { name: string; init?: boolean }): ObjectReference {
+export function podRef(pod: { metadata?: { name?: string; namespace?: string; uid?: string; resourceVersion?: string } }, container?: { name: string; init?: boolean; ephemeral?: boolean }): ObjectReference {
   const m = pod.metadata ?? {};
   return {
     kind: 'Pod',
@@ -257,7 +257,7 @@ export function podRef(pod: { metadata?: { name?: string; namespace?: string; ui
     name: m.name ?? '',
     namespace: m.namespace ?? 'default',
     ...(m.uid ? { uid: m.uid } : {}),
-    ...(container ? { fieldPath: `spec.${container.init ? 'initContainers' : 'containers'}{${container.name}}` } : {}),
+    ...(container ? { fieldPath: `spec.${container.init ? 'initContainers' : container.ephemeral ? 'ephemeralContainers' : 'containers'}{${container.name}}` } : {}),
   };
 }
 

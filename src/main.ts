@@ -7,7 +7,7 @@
  */
 import path from 'node:path';
 import { Command, Option, type OptionValues } from 'commander';
-import { errorMessage, NodeletError } from './errors.js';
+import { errorMessage, isNodeletError, NodeletError } from './errors.js';
 import { createLogger, levelFromVerbosity, type Logger } from './log.js';
 import { resolveNodeIdentity } from './node-identity.js';
 import { Daemon, type NodeletFlags } from './daemon.js';
@@ -26,11 +26,12 @@ function addCommonOptions(cmd: Command): Command {
     .option('--config-dir <dir>', 'directory of drop-in *.conf KubeletConfiguration files, merged over --config in lexical order of their paths')
     .option('--root-dir <dir>', 'directory for nodelet files (checkpoints, seccomp profiles, pki)', '/var/lib/kubelet')
     .option('--kubeconfig <file>', 'kubeconfig of the control plane; without it nodelet runs standalone')
+    .option('--bootstrap-kubeconfig <file>', 'kubeconfig with bootstrap credentials (a bootstrap token): when --kubeconfig is missing or its client certificate expired, nodelet requests a certificate with it (CertificateSigningRequest), stores it in --cert-dir and writes --kubeconfig')
     .option('--hostname-override <name>', 'node name to use instead of the hostname')
     .option('--node-ip <ip[,ip]>', 'IP address(es) of the node, instead of the host addresses found')
     .option('--lock-file <file>', 'lock file that keeps two agents from running at once (flock(2))', '/var/run/kubelet.lock')
     .option('--exit-on-lock-contention', 'exit 0 when another process waits for the lock file (hand-over to a new agent); needs --lock-file', false)
-    .option('--cert-dir <dir>', 'directory of the serving certificate and key (default: <root-dir>/pki)')
+    .option('--cert-dir <dir>', 'directory of the serving certificate and key, and of the bootstrapped client certificate (kubelet-client-current.pem) (default: <root-dir>/pki)')
     .option('--feature-gates <A=true,B=false>', 'feature gates, over the configuration file\'s featureGates')
     .option('--checkpoint-retention <n>', 'keep only the newest n checkpoint archives per container (default: keep all)')
     .option('--container-log-dir <dir>', 'directory of the <pod>_<namespace>_<container>-<id>.log links to container logs that log shippers read', '/var/log/containers')
@@ -101,12 +102,16 @@ function nodeletFlags(cmd: Command, o: OptionValues): NodeletFlags {
     }
     checkpointRetention = Number(o.checkpointRetention);
   }
+  if (o.bootstrapKubeconfig !== undefined && !o.kubeconfig) {
+    throw new NodeletError('INVALID_ARGUMENT', '--bootstrap-kubeconfig requires --kubeconfig (the file the bootstrap writes)');
+  }
   const rootDir = path.resolve(o.rootDir);
   return {
     configFile: o.config ? path.resolve(o.config) : undefined,
     configDir: o.configDir ? path.resolve(o.configDir) : undefined,
     rootDir,
     kubeconfig: o.kubeconfig ? path.resolve(o.kubeconfig) : undefined,
+    ...(o.bootstrapKubeconfig !== undefined ? { bootstrapKubeconfig: path.resolve(o.bootstrapKubeconfig) } : {}),
     lockFile: path.resolve(o.lockFile),
     exitOnLockContention: !!o.exitOnLockContention,
     certDir: path.resolve(o.certDir ?? path.join(rootDir, 'pki')),
@@ -175,9 +180,25 @@ async function runDaemon(cmd: Command): Promise<number> {
     applyConfigVerbosity(logger, cmd, loaded.config.logging);
     const identity = resolveNodeIdentity({ hostnameOverride: o.hostnameOverride, nodeIp: o.nodeIp });
     // Connected mode: the kubeconfig is read now, so a bad one stops startup before the lock.
-    const mode = await nodeModeFor(flags.kubeconfig, { identity, config: loaded.config, clock: realClock, logger });
-    daemon = new Daemon({ flags, loaded, identity, logger, mode });
+    // With --bootstrap-kubeconfig a missing or expired one is bootstrapped first, which waits
+    // for the control plane (a signal ends the wait: a clean stop).
+    const bootstrapping = new AbortController();
+    const cancel = () => bootstrapping.abort();
+    process.once('SIGTERM', cancel);
+    process.once('SIGINT', cancel);
+    try {
+      const bootstrap = flags.bootstrapKubeconfig !== undefined ? { kubeconfig: flags.bootstrapKubeconfig, certDir: flags.certDir, signal: bootstrapping.signal } : undefined;
+      const mode = await nodeModeFor(flags.kubeconfig, { identity, config: loaded.config, clock: realClock, logger, certDir: flags.certDir, ...(bootstrap ? { bootstrap } : {}) });
+      daemon = new Daemon({ flags, loaded, identity, logger, mode });
+    } finally {
+      process.off('SIGTERM', cancel);
+      process.off('SIGINT', cancel);
+    }
   } catch (err) {
+    if (isNodeletError(err, 'CANCELLED')) {
+      logger?.info('stopped while waiting for the TLS bootstrap');
+      return 0;
+    }
     reportFailure(err, logger);
     return 1;
   }

@@ -125,11 +125,12 @@ export interface KubeletConfiguration {
   /** accepted */ evictionPressureTransitionPeriod: string;
   /** accepted */ evictionMaxPodGracePeriod?: number;
   /** accepted */ evictionMinimumReclaim?: Record<string, string>;
-  /** Subtracted from the Node's allocatable (cpu, memory, ephemeral-storage; pid accepted). No cgroups are made for them. */
+  /** Subtracted from the Node's allocatable (cpu, memory, ephemeral-storage; pid accepted), and from what kubepods is limited to (src/pods/cgroups). */
   systemReserved?: Record<string, string>;
   kubeReserved?: Record<string, string>;
   /** accepted */ reservedSystemCPUs?: string;
-  /** accepted */ enforceNodeAllocatable: string[];
+  /** `pods`: kubepods limited to allocatable; `kube-reserved`/`system-reserved`: their cgroups to the reservation (src/pods/cgroups). */
+  enforceNodeAllocatable: string[];
 
   // --- features
   /** Gates set explicitly (file or --feature-gates). Effective values: isFeatureEnabled(). */

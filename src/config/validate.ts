@@ -16,7 +16,9 @@ import path from 'node:path';
 import { NodeletError } from '../errors.js';
 import { parseDurationNs } from './duration.js';
 import { featureGateProblem, isFeatureEnabled } from './feature-gates.js';
+import { imagePullCredentialsProblems } from './image-pull-credentials.js';
 import { validateShutdownFields } from './validate-shutdown.js';
+import { validateCgroupFields } from './validate-cgroups.js';
 import { isJsonObject, pathKey, type Json, type JsonObject } from './merge.js';
 import { parseQuantity, parseThresholdValue } from './quantity.js';
 import { durationPaths, KUBELET_CONFIG_SCHEMA, type FieldSchema } from './schema.js';
@@ -358,7 +360,16 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
     else if (ns < 1_000_000_000n || ns > 300_000_000_000n) add(['crashLoopBackOff', 'maxContainerRestartPeriod'], `must be between 1s and 300s, got ${JSON.stringify(restartPeriod)}`);
   }
 
+  // The kubelet's rules (KubeletEnsureSecretPulledImages): the policy and its allowlist only with the gate; image-pull-credentials.ts.
+  {
+    const gates = get(['featureGates']);
+    const on = isFeatureEnabled({ featureGates: isJsonObject(gates) ? (gates as Record<string, boolean>) : {} }, 'KubeletEnsureSecretPulledImages');
+    for (const [field, message] of imagePullCredentialsProblems(get(['imagePullCredentialsVerificationPolicy']), get(['preloadedImagesVerificationAllowlist']), on)) add([field], message);
+  }
+
   validateShutdownFields(get, add);
+  // A problem of a field the operator did not set (kubeReservedCgroup) is named on the file that set the one that needs it.
+  validateCgroupFields(get, (originPath, p, message) => problems.push({ file: originOf(originPath), field: pathKey(p), message }));
 
   const gates = get(['featureGates']);
   if (isJsonObject(gates)) {

@@ -35,6 +35,8 @@ import { loadKubeconfig } from './kubeconfig.js';
 import { dropManagedFields, Reflector } from './reflector.js';
 import type { RateLimiter } from './rate-limit.js';
 import { ThrottledDelivery } from './throttle.js';
+import { ControlPlaneObjects } from './objects.js';
+import type { ApiObjects } from '../pods/objects/objects.js';
 
 const TOKEN_REVIEWS: ResourceType = { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', namespaced: false };
 const SUBJECT_ACCESS_REVIEWS: ResourceType = { group: 'authorization.k8s.io', version: 'v1', resource: 'subjectaccessreviews', namespaced: false };
@@ -64,6 +66,8 @@ export interface PortsOptions {
   apiLimiter?: RateLimiter;
   /** The event client's rate limit (`eventRecordQPS`/`eventBurst`); default none. */
   eventLimiter?: RateLimiter;
+  /** A client certificate and key to use instead of the kubeconfig's (the rotated one in `--cert-dir`). */
+  clientCertificate?: { cert: string; key: string };
 }
 
 /** What connected mode (connected.ts) uses of the control plane: one port per kind of object it reads or writes. */
@@ -77,11 +81,15 @@ export interface ControlPlanePorts {
   podStatus: PodStatusApi;
   mirrorPods: MirrorPodApi;
   events: EventApi;
+  /** The ConfigMaps, Secrets, ServiceAccounts, Services and tokens pods refer to (objects.ts: watched per object, on the main client). */
+  objects?: ApiObjects;
+  /** Every client presents this certificate from now on (certificate rotation). */
+  setClientCertificate?(cert: string, key: string): void;
   close(): Promise<void>;
 }
 
 export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger, o: PortsOptions = {}): ControlPlanePorts {
-  const access = loadKubeconfig(kubeconfig);
+  const access = { ...loadKubeconfig(kubeconfig), ...(o.clientCertificate ?? {}) };
   const client = new ControlPlaneClient({ access, ...(o.apiLimiter ? { limiter: o.apiLimiter } : {}) });
   // Events: best effort, a queue sending one at a time (src/events.ts); two connections.
   const eventClient = new ControlPlaneClient({ access, connections: 2, ...(o.eventLimiter ? { limiter: o.eventLimiter } : {}) });
@@ -89,6 +97,7 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
   // Node status patch never queue behind each other.
   const heartbeat = new ControlPlaneClient({ access, connections: 2, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
   const log = logger.child({ component: 'control-plane' });
+  const objects = new ControlPlaneObjects({ client, logger: log.child({ component: 'api-objects' }) });
   const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
   let reflector: Reflector<Pod> | undefined;
   // The deliveries of the pods' full set (see pods.start).
@@ -203,7 +212,12 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
         await eventClient.mergePatch(EVENTS, { namespace, name }, patch);
       },
     },
+    objects,
+    setClientCertificate(cert, key) {
+      for (const c of [client, eventClient, heartbeat]) c.setClientCertificate(cert, key);
+    },
     close: async () => {
+      await objects.close();
       await nodeWatch?.stop();
       await Promise.all([client.close(), eventClient.close(), heartbeat.close()]);
     },

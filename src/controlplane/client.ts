@@ -225,7 +225,8 @@ export const FIELD_MANAGER = 'nodelet';
 export class ControlPlaneClient {
   readonly server: string;
   readonly namespace: string;
-  readonly #agent: http.Agent;
+  #agent: http.Agent;
+  #agentOptions: https.AgentOptions;
   readonly #http: typeof http | typeof https;
   readonly #headers: Record<string, string>;
   readonly #timeoutMs: number;
@@ -246,7 +247,7 @@ export class ControlPlaneClient {
     this.#limiter = o.limiter ?? noLimit;
     this.#limits = { ...BODY_LIMITS, ...o.bodyLimits };
     this.#http = this.server.startsWith('http:') ? http : https;
-    this.#agent = new this.#http.Agent({
+    this.#agentOptions = {
       keepAlive: true,
       // An idle pooled connection is closed after 30 s (a connection in use is not).
       timeout: 30_000,
@@ -254,13 +255,29 @@ export class ControlPlaneClient {
       ...(o.access.ca ? { ca: o.access.ca } : {}),
       ...(o.access.cert && o.access.key ? { cert: o.access.cert, key: o.access.key } : {}),
       rejectUnauthorized: !o.access.insecureSkipTlsVerify,
-    });
+    };
+    this.#agent = new this.#http.Agent(this.#agentOptions);
     this.#headers = {
       'user-agent': `nodelet/${o.version ?? VERSION}`,
       accept: 'application/json',
       'accept-encoding': 'gzip',
       ...(o.access.token ? { authorization: `Bearer ${o.access.token}` } : {}),
     };
+  }
+
+  /**
+   * Uses a new client certificate (a rotated one, src/controlplane/rotation.ts): requests from
+   * now on go through a new connection pool presenting it, and the old pool's connections are
+   * closed, those in use too (a watch: its reflector resumes on a new one), as the kubelet
+   * closes its connections when its certificate changes, so nothing goes on authenticated by
+   * the old certificate. A closed client ignores it.
+   */
+  setClientCertificate(cert: string, key: string): void {
+    if (this.#closed) return;
+    const old = this.#agent;
+    this.#agentOptions = { ...this.#agentOptions, cert, key };
+    this.#agent = new this.#http.Agent(this.#agentOptions);
+    old.destroy();
   }
 
   #url(path: string, query: Query = {}): string {

@@ -30,6 +30,7 @@ import { MAX_MESSAGE_BYTES, UnaryChannel, GrpcError, GrpcStatus } from './grpc-u
 import { loadCriCodec, type CriMethod } from './proto.js';
 import { parseEndpoint } from './endpoint.js';
 import type {
+  AuthConfig,
   CallOptions,
   CheckpointRequest,
   Container,
@@ -297,8 +298,9 @@ export function createCriClient(opts: CriClientOptions): CriClient {
       const res = await img('ImageStatus', { image: { image }, verbose: false });
       return (res.image as Image | null) ?? undefined;
     },
-    async pullImage(image: string, sandboxConfig?: PodSandboxConfig) {
-      const res = await img('PullImage', { image: { image }, ...(sandboxConfig ? { sandboxConfig } : {}) }, pullTimeoutMs);
+    async pullImage(image: string, sandboxConfig?: PodSandboxConfig, auth?: AuthConfig) {
+      // The credentials go only in the request: never logged, never in an error (the codec's errors name the method, not the fields).
+      const res = await img('PullImage', { image: { image }, ...(auth ? { auth } : {}), ...(sandboxConfig ? { sandboxConfig } : {}) }, pullTimeoutMs);
       return res.imageRef as string;
     },
     async listImages() {

@@ -376,7 +376,7 @@ export interface RuntimeService {
   reopenContainerLog?(id: string): Promise<void>;
   /** CRI ListContainerStats: usage of the runtime's containers (containerd 1.6: every container it has, cpu, memory and writable layer; swap null). Optional for fakes. */
   listContainerStats?(): Promise<ContainerStats[]>;
-  /** CRI ListPodSandboxStats. containerd 1.6 fails it (UNKNOWN, "cgroupPath is empty") for sandboxes without a cgroup parent, which nodelet's are. Optional for fakes. */
+  /** CRI ListPodSandboxStats. containerd 1.6 fails it (UNKNOWN, "cgroupPath is empty") for sandboxes without a cgroup parent (nodelet's with `cgroupsPerQOS: false`). Optional for fakes. */
   listPodSandboxStats?(): Promise<PodSandboxStats[]>;
 }
 
@@ -397,6 +397,17 @@ export interface ExecSyncResult {
   exitCode: number;
 }
 
+/** CRI AuthConfig (PullImageRequest.auth, field 2): registry credentials for one pull. Empty fields are not sent. */
+export interface AuthConfig {
+  username?: string;
+  password?: string;
+  /** base64 of `username:password`. */
+  auth?: string;
+  serverAddress?: string;
+  identityToken?: string;
+  registryToken?: string;
+}
+
 /** The CRI ImageService as nodelet uses it. */
 export interface ImageService {
   /** The image when present, `undefined` when not (absence is not an error). */
@@ -405,7 +416,7 @@ export interface ImageService {
    * Pulls the image; returns its image ref. containerd contacts the registry even for a
    * present image: call imageStatus first. Deadline: the client's pullTimeoutMs.
    */
-  pullImage(image: string, sandboxConfig?: PodSandboxConfig): Promise<string>;
+  pullImage(image: string, sandboxConfig?: PodSandboxConfig, auth?: AuthConfig): Promise<string>;
   listImages(): Promise<Image[]>;
   /** OK for an absent image. */
   removeImage(image: string): Promise<void>;

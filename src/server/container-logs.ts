@@ -347,8 +347,8 @@ export interface LogTarget {
 export function logTarget(pods: PodLookup, podLogsDir: string, namespace: string, name: string, container: string, previous: boolean): LogTarget {
   const pod = pods.getPod(namespace, name);
   if (!pod) throw new NodeletError('NOT_FOUND', `pod "${name}" in namespace "${namespace}" not found`, { param: 'pod' });
-  const statuses = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
-  const known = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].some((c) => c.name === container);
+  const statuses = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? []), ...(pod.status?.ephemeralContainerStatuses ?? [])];
+  const known = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? []), ...(pod.spec?.ephemeralContainers ?? [])].some((c) => c.name === container);
   const st = statuses.find((s) => s.name === container);
   if (!known) throw new NodeletError('NOT_FOUND', `container "${container}" not found in pod "${name}"`, { param: 'container' });
   const restarts = st?.restartCount ?? 0;
@@ -363,7 +363,7 @@ export function logTarget(pods: PodLookup, podLogsDir: string, namespace: string
   }
   const id = st.containerID;
   const stillRunning = (p: Pod | undefined) => {
-    const s = [...(p?.status?.initContainerStatuses ?? []), ...(p?.status?.containerStatuses ?? [])].find((x) => x.name === container);
+    const s = [...(p?.status?.initContainerStatuses ?? []), ...(p?.status?.containerStatuses ?? []), ...(p?.status?.ephemeralContainerStatuses ?? [])].find((x) => x.name === container);
     return s?.containerID === id && !!s.state?.running;
   };
   return { file: path.join(dir, `${restarts}.log`), running: () => stillRunning(pods.getPod(namespace, name)) };

@@ -302,18 +302,114 @@ export function imageRepository(image: string): string {
   return colon > slash ? noDigest.slice(0, colon) : noDigest;
 }
 
+/** A Secret whose credentials pulled an image: its coordinates and the credential's hash, never the secret. */
+export interface ImagePullSecretRecord {
+  uid: string;
+  namespace: string;
+  name: string;
+  credentialHash: string;
+}
+
+export interface ImagePullServiceAccountRecord {
+  uid: string;
+  namespace: string;
+  name: string;
+}
+
+/** The kubelet's ImagePullCredentials: who may use an image pulled with them. */
+export interface ImagePullCredentials {
+  kubernetesSecrets?: ImagePullSecretRecord[];
+  kubernetesServiceAccounts?: ImagePullServiceAccountRecord[];
+  /** No credentials were needed (or node-wide ones): every pod on the node may use the image. */
+  nodePodsAccessible?: boolean;
+}
+
+/** The kubelet's ImagePulledRecord (kubelet.config.k8s.io/v1alpha1). */
+export interface ImagePulledRecord {
+  kind: 'ImagePulledRecord';
+  apiVersion: string;
+  lastUpdatedTime: string;
+  imageRef: string;
+  /** Normalized repository (image-name.ts) -> the credentials it was pulled with. */
+  credentialMapping?: Record<string, ImagePullCredentials>;
+}
+
+const secretOrder = (a: { namespace: string; name: string; uid: string }, b: { namespace: string; name: string; uid: string }) =>
+  a.namespace < b.namespace ? -1 : a.namespace > b.namespace ? 1 : a.name < b.name ? -1 : a.name > b.name ? 1 : a.uid < b.uid ? -1 : a.uid > b.uid ? 1 : 0;
+
 /**
- * The pull manager's records (KEP-2535), in its file format: `image_manager/pulling/<name>`
- * (ImagePullIntent: the image a pull was started for) before a pull, and
- * `image_manager/pulled/<name of the image ref>` (ImagePulledRecord: time, image ref and the
- * credentials' identity) after it, the intent removed. nodelet pulls with no credentials
- * (no pull secrets), so the mapping says `nodePodsAccessible`; a secret is never written.
- * An intent still there at start is a pull a crash interrupted.
+ * The kubelet's pulledRecordMergeNewCreds: `creds` merged into `record`'s mapping for
+ * `repository`. Node-wide access absorbs everything; Secrets are kept unique by
+ * namespace/name/uid (a newer hash replaces an older one), sorted. Returns the record
+ * unchanged (same object) when nothing is new. Pure.
+ */
+export function mergePulledRecord(record: ImagePulledRecord, repository: string, creds: ImagePullCredentials | undefined, now: string): ImagePulledRecord {
+  if (!creds) return record;
+  const secrets = creds.kubernetesSecrets ?? [];
+  const accounts = creds.kubernetesServiceAccounts ?? [];
+  if (!creds.nodePodsAccessible && secrets.length === 0 && accounts.length === 0) return record;
+  const mapping = record.credentialMapping ?? {};
+  const selected = mapping[repository];
+  const changed = (c: ImagePullCredentials): ImagePulledRecord => ({ ...record, lastUpdatedTime: now, credentialMapping: { ...mapping, [repository]: c } });
+  if (!selected) return changed(structuredClone(creds));
+  if (selected.nodePodsAccessible) return record;
+  if (creds.nodePodsAccessible) return changed({ nodePodsAccessible: true });
+  if (secrets.length > 0) {
+    const byKey = new Map((selected.kubernetesSecrets ?? []).map((s) => [`${s.namespace}/${s.name}/${s.uid}`, s]));
+    let dirty = false;
+    for (const s of secrets) {
+      const k = `${s.namespace}/${s.name}/${s.uid}`;
+      if (byKey.get(k)?.credentialHash !== s.credentialHash) {
+        byKey.set(k, { ...s });
+        dirty = true;
+      }
+    }
+    if (!dirty) return record;
+    return changed({ ...selected, kubernetesSecrets: [...byKey.values()].sort(secretOrder) });
+  }
+  const have = new Set((selected.kubernetesServiceAccounts ?? []).map((a) => `${a.namespace}/${a.name}/${a.uid}`));
+  const add = accounts.filter((a) => !have.has(`${a.namespace}/${a.name}/${a.uid}`));
+  if (add.length === 0) return record;
+  return changed({ ...selected, kubernetesServiceAccounts: [...(selected.kubernetesServiceAccounts ?? []), ...add].sort(secretOrder) });
+}
+
+/** A pulled record read back: its shape checked field by field (a hand-edited or foreign file is hostile). */
+function validPulledRecord(doc: unknown): doc is ImagePulledRecord {
+  if (!isObj(doc) || doc.kind !== 'ImagePulledRecord' || typeof doc.imageRef !== 'string') return false;
+  if (doc.credentialMapping === undefined || doc.credentialMapping === null) return true;
+  if (!isObj(doc.credentialMapping)) return false;
+  const coords = (x: unknown, hash: boolean) => isObj(x) && ['uid', 'namespace', 'name', ...(hash ? ['credentialHash'] : [])].every((k) => x[k] === undefined || typeof x[k] === 'string');
+  return Object.values(doc.credentialMapping).every(
+    (c) =>
+      isObj(c) &&
+      (c.nodePodsAccessible === undefined || typeof c.nodePodsAccessible === 'boolean') &&
+      (c.kubernetesSecrets === undefined || (Array.isArray(c.kubernetesSecrets) && c.kubernetesSecrets.every((x) => coords(x, true)))) &&
+      (c.kubernetesServiceAccounts === undefined || (Array.isArray(c.kubernetesServiceAccounts) && c.kubernetesServiceAccounts.every((x) => coords(x, false)))),
+  );
+}
+
+/**
+ * The pull manager's records (KEP-2535, `KubeletEnsureSecretPulledImages`), in its file
+ * format: `image_manager/pulling/<sha256-of-image>` (ImagePullIntent) while pulls of an
+ * image are in flight, and `image_manager/pulled/<sha256-of-image-ref>` (ImagePulledRecord:
+ * time, image ref, and per normalized repository the credentials it was pulled with: the
+ * Secrets' namespace/name/uid and credential hash, or `nodePodsAccessible` when no
+ * credentials were needed). A secret is never written. Records are merged, never
+ * overwritten: a second pod pulling with other credentials adds them.
+ *
+ * An intent is kept until the last in-flight pull of its image ends (a count per image), and
+ * at start an intent left by a crash is kept: it marks the image as pulled by the node agent
+ * with unknown credentials, so a pod must prove its own before using it (the kubelet's
+ * fail-safe). Writes are best effort (logged); reads of a corrupt record throw, and callers
+ * then require a pull.
  */
 export class ImagePullRecords {
   readonly #dir: string;
   readonly #log: Logger;
   readonly #now: () => Date;
+  readonly #intents = new Map<string, number>();
+  /** Per image ref: the read-modify-write in flight (records of one ref are merged one at a time). */
+  readonly #locks = new Map<string, Promise<unknown>>();
 
   constructor(rootDir: string, log: Logger, now: () => Date = () => new Date()) {
     this.#dir = path.join(rootDir, 'image_manager');
@@ -321,27 +417,100 @@ export class ImagePullRecords {
     this.#now = now;
   }
 
+  #time(): string {
+    return this.#now().toISOString().replace(/\.\d{3}Z$/, 'Z');
+  }
+
+  async #locked<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#locks.get(key) ?? Promise.resolve();
+    const run = prev.then(fn, fn);
+    const tail = run.catch(() => undefined);
+    this.#locks.set(key, tail);
+    try {
+      return await run;
+    } finally {
+      if (this.#locks.get(key) === tail) this.#locks.delete(key);
+    }
+  }
+
   /** Before PullImage. Best effort: a record that cannot be written is logged, never fails the pull. */
   async pulling(image: string): Promise<void> {
+    this.#intents.set(image, (this.#intents.get(image) ?? 0) + 1);
     await this.#write(path.join(this.#dir, 'pulling', recordFileName(image)), { kind: 'ImagePullIntent', apiVersion: RECORDS_API_VERSION, image });
   }
 
-  /** After PullImage returned `imageRef`: the pulled record, then the intent goes. */
-  async pulled(image: string, imageRef: string): Promise<void> {
+  /**
+   * After PullImage returned `imageRef`: `credentials` (what pulled it; default: none were
+   * needed, so every pod may use it) merged into the record of `imageRef` under `repository`
+   * (the normalized repository, image-name.ts; default: the image without tag or digest),
+   * then the intent ends.
+   */
+  async pulled(image: string, imageRef: string, credentials: ImagePullCredentials = { nodePodsAccessible: true }, repository = imageRepository(image)): Promise<void> {
     const ref = imageRef || image;
-    await this.#write(path.join(this.#dir, 'pulled', recordFileName(ref)), {
-      kind: 'ImagePulledRecord',
-      apiVersion: RECORDS_API_VERSION,
-      lastUpdatedTime: this.#now().toISOString().replace(/\.\d{3}Z$/, 'Z'),
-      imageRef: ref,
-      credentialMapping: { [imageRepository(image)]: { nodePodsAccessible: true } },
+    await this.#locked(ref, async () => {
+      let record: ImagePulledRecord | undefined;
+      try {
+        record = await this.pulledRecord(ref);
+      } catch (err) {
+        this.#log.info({ imageRef: ref, err: errorMessage(err) }, 'unreadable image pulled record; writing a new one');
+      }
+      const now = this.#time();
+      const next = record ? mergePulledRecord(record, repository, credentials, now) : { kind: 'ImagePulledRecord' as const, apiVersion: RECORDS_API_VERSION, lastUpdatedTime: now, imageRef: ref, credentialMapping: { [repository]: structuredClone(credentials) } };
+      if (next !== record) await this.#write(path.join(this.#dir, 'pulled', recordFileName(ref)), next);
     });
     await this.failed(image);
   }
 
-  /** The pull failed: the intent goes (the kubelet keeps it until a pull succeeds; nodelet retries through its workers). */
+  /** Adds `credentials` to an existing record of `imageRef` (a pod proved other credentials that match); no record: nothing. */
+  async addCredentials(imageRef: string, repository: string, credentials: ImagePullCredentials): Promise<void> {
+    await this.#locked(imageRef, async () => {
+      let record: ImagePulledRecord | undefined;
+      try {
+        record = await this.pulledRecord(imageRef);
+      } catch {
+        return;
+      }
+      if (!record) return;
+      const next = mergePulledRecord(record, repository, credentials, this.#time());
+      if (next !== record) await this.#write(path.join(this.#dir, 'pulled', recordFileName(imageRef)), next);
+    });
+  }
+
+  /** A pull of `image` ended (failed, or after `pulled`): the intent goes with the last one in flight. */
   async failed(image: string): Promise<void> {
+    const n = (this.#intents.get(image) ?? 0) - 1;
+    if (n > 0) {
+      this.#intents.set(image, n);
+      return;
+    }
+    this.#intents.delete(image);
     await fs.rm(path.join(this.#dir, 'pulling', recordFileName(image)), { force: true }).catch((err) => this.#log.warn({ image, err: errorMessage(err) }, 'cannot remove an image pull intent'));
+  }
+
+  /** The pulled record of `imageRef`; undefined when there is none. Throws when it cannot be read or is corrupt. */
+  async pulledRecord(imageRef: string): Promise<ImagePulledRecord | undefined> {
+    const file = path.join(this.#dir, 'pulled', recordFileName(imageRef));
+    let text: string;
+    try {
+      text = await readBoundedText(file, { what: 'image pull record', maxBytes: RECORD_MAX_BYTES, noFollow: true });
+    } catch (err) {
+      if ((err as { details?: { errno?: string } }).details?.errno === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+      throw err;
+    }
+    const doc: unknown = JSON.parse(text);
+    if (!validPulledRecord(doc)) throw new Error(`image pull record ${file} is corrupt`);
+    return doc;
+  }
+
+  /** Whether a pull of `image` is in flight or was cut short by a crash (an intent exists). */
+  async intentExists(image: string): Promise<boolean> {
+    if ((this.#intents.get(image) ?? 0) > 0) return true;
+    try {
+      await fs.lstat(path.join(this.#dir, 'pulling', recordFileName(image)));
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   async #write(file: string, doc: object): Promise<void> {
@@ -354,8 +523,9 @@ export class ImagePullRecords {
 
   /**
    * At start: every intent left (a pull a crash interrupted) is logged with its image and
-   * removed (the pod's worker pulls again); a corrupt record is logged and removed.
-   * Returns the images of interrupted pulls.
+   * kept (the image counts as pulled by the node agent with unknown credentials until a pull
+   * of it ends); a corrupt record is logged and removed. Returns the images of interrupted
+   * pulls.
    */
   async recover(): Promise<string[]> {
     const interrupted: string[] = [];
@@ -382,7 +552,7 @@ export class ImagePullRecords {
         } catch {
           doc = undefined;
         }
-        const valid = doc !== undefined && (sub === 'pulling' ? doc.kind === 'ImagePullIntent' && typeof doc.image === 'string' : doc.kind === 'ImagePulledRecord' && typeof doc.imageRef === 'string');
+        const valid = doc !== undefined && (sub === 'pulling' ? doc.kind === 'ImagePullIntent' && typeof doc.image === 'string' : validPulledRecord(doc));
         if (!valid) {
           this.#log.warn({ file }, `image pull record ${file} is corrupt; removing it`);
           await fs.rm(file, { force: true });
@@ -390,8 +560,7 @@ export class ImagePullRecords {
         }
         if (sub === 'pulling') {
           interrupted.push(doc!.image as string);
-          this.#log.warn({ image: doc!.image, file }, `the pull of image ${String(doc!.image)} was interrupted (nodelet stopped during it); it is pulled again when a pod needs it`);
-          await fs.rm(file, { force: true });
+          this.#log.warn({ image: doc!.image, file }, `the pull of image ${String(doc!.image)} was interrupted (nodelet stopped during it); until it is pulled again, pods must prove their credentials to use it`);
         }
       }
     }

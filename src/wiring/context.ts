@@ -17,6 +17,8 @@ export interface NodeletFlags {
   configDir?: string;
   rootDir: string;
   kubeconfig?: string;
+  /** `--bootstrap-kubeconfig`: credentials to request a client certificate with when `kubeconfig` is missing or expired. */
+  bootstrapKubeconfig?: string;
   lockFile: string;
   exitOnLockContention: boolean;
   certDir: string;

@@ -25,6 +25,7 @@ import { isStaticPod } from '../pods/sources/static-source.js';
 import { hostAppArmorEnabled, podAdmitHandlers } from '../pods/sync/admission.js';
 import type { AllocationRecords } from '../pods/sync/allocation.js';
 import { CriPodRuntime } from '../pods/cri/cri-pod-runtime.js';
+import { podCgroupsFor } from '../pods/cgroups/setup.js';
 import { ImageManager, imageGcPolicy } from '../pods/images/image-gc.js';
 import { ContainerLogManager, parseLogMaxSize } from '../pods/logs/log-rotation.js';
 import { DEFAULT_CONTAINER_LOG_DIR } from '../pods/logs/log-symlinks.js';
@@ -34,6 +35,7 @@ import { PodSources } from '../pods/sources/sources.js';
 import { StaticPodSource } from '../pods/sources/static-source.js';
 import { RuntimeEvents } from '../runtime/runtime-events.js';
 import type { ImagePullRecords } from '../system/root-dir.js';
+import { isVerificationPolicy } from '../config/image-pull-credentials.js';
 import { errorMessage } from '../errors.js';
 import { Subscribers } from '../subscribers.js';
 import type { WiringContext } from './context.js';
@@ -59,6 +61,8 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   const services: Service[] = [];
   // The root dir's filesystem size: ephemeral-storage capacity for admission, read once.
   const rootFsBytes = await filesystemBytes(flags.rootDir);
+  // The kubelet's cgroup hierarchy (cgroupsPerQOS): started before the pods, below.
+  const cgroups = await podCgroupsFor(cfg, { cri, machine: readMachineFacts(), events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'cgroups' }) });
 
   const podRuntime = new CriPodRuntime({
     cri,
@@ -74,9 +78,20 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     logger: log.child({ component: 'pods' }),
     ...(o.host ? { swap: nodeSwapFromFacts(o.host.facts, cfg) } : {}),
     ...(o.imageRecords ? { imageRecords: o.imageRecords } : {}),
+    // Set only while KubeletEnsureSecretPulledImages is on (config/defaults.ts): who may use a present image.
+    ...(isVerificationPolicy(cfg.imagePullCredentialsVerificationPolicy)
+      ? { imageCredentialVerification: { policy: cfg.imagePullCredentialsVerificationPolicy, allowlist: cfg.preloadedImagesVerificationAllowlist ?? [] } }
+      : {}),
     ...(o.allocation ? { allocation: o.allocation } : {}),
     ...(mode.objects ? { objects: mode.objects } : {}),
+    // The downward API's unset limits: the node's allocatable, the Node's when connected (node-view.ts, as the kubelet's getNodeAnyWay).
+    nodeAllocatable: (() => {
+      const view = nodeViewFor({ nodeName: identity.nodeName, hostname: identity.hostname, machine: readMachineFacts(), config: cfg, ephemeralStorageBytes: () => rootFsBytes, ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}) });
+      return () => view().allocatable;
+    })(),
     containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
+    ...(cgroups ? { cgroups } : {}),
+    memoryCapacityBytes: readMachineFacts().memoryBytes,
   });
   // A pod's status changed (connected mode's status writer listens); the runtime changed (the pod manager relists).
   const statusChanges = new Subscribers<string>();
@@ -127,6 +142,7 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
       },
     }),
   });
+  if (cgroups) services.push({ name: 'pod-cgroups', start: () => cgroups.start(), stop: async () => {} });
   services.push({
     name: 'pods',
     start: async (signal) => {

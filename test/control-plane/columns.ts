@@ -52,6 +52,17 @@ export function columnsFor(kind: string, o: Obj, now: number): { columns: Column
       cells: [m['name'] ?? '', nodeStatus(o), roles.join(',') || '<none>', age(m['creationTimestamp'], now), info['kubeletVersion'] ?? '', addr('InternalIP'), addr('ExternalIP'), info['osImage'] ?? '', info['kernelVersion'] ?? '', info['containerRuntimeVersion'] ?? ''],
     };
   }
+  if (kind === 'CertificateSigningRequest') {
+    // printCertificateSigningRequest: Approved/Denied/Pending, then Failed and Issued.
+    const conds: Obj[] = o['status']?.['conditions'] ?? [];
+    const has = (t: string) => conds.some((c) => c['type'] === t);
+    const state = [has('Approved') ? 'Approved' : has('Denied') ? 'Denied' : 'Pending', ...(has('Failed') ? ['Failed'] : []), ...(o['status']?.['certificate'] && has('Approved') ? ['Issued'] : [])].join(',');
+    const es = o['spec']?.['expirationSeconds'];
+    return {
+      columns: [col('Name', 0, 'string', 'name'), col('Age'), col('SignerName'), col('Requestor'), col('RequestedDuration'), col('Condition')],
+      cells: [m['name'] ?? '', age(m['creationTimestamp'], now), o['spec']?.['signerName'] ?? '', o['spec']?.['username'] ?? '', typeof es === 'number' ? age(new Date(now - es * 1000).toISOString(), now) : '<none>', state],
+    };
+  }
   if (kind === 'Pod') {
     const cs: Obj[] = o['status']?.['containerStatuses'] ?? [];
     const total = (o['spec']?.['containers'] ?? []).length;

@@ -45,7 +45,11 @@ export function apiResourceList(group: string, version: string): object | undefi
       ...(d.shortNames ? { shortNames: d.shortNames } : {}),
       ...(d.categories ? { categories: d.categories } : {}),
     });
-    for (const s of d.subresources) resources.push({ name: `${d.resource}/${s}`, singularName: '', namespaced: d.namespaced, kind: d.kind, verbs: ['get', 'patch', 'update'] });
+    for (const s of d.subresources) {
+      // serviceaccounts/token is a create-only TokenRequest (issue 27).
+      if (s === 'token') resources.push({ name: `${d.resource}/token`, singularName: '', namespaced: d.namespaced, group: 'authentication.k8s.io', version: 'v1', kind: 'TokenRequest', verbs: ['create'] });
+      else resources.push({ name: `${d.resource}/${s}`, singularName: '', namespaced: d.namespaced, kind: d.kind, verbs: ['get', 'patch', 'update'] });
+    }
   }
   return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: group === '' ? version : `${group}/${version}`, resources };
 }
@@ -105,7 +109,7 @@ export function openApiDocument(path: string): object | undefined {
     else {
       paths[coll] = { get: op('list'), post: op('post', WRITE_PARAMS), delete: op('deletecollection') };
       paths[`${coll}/{name}`] = { get: op('get'), put: op('put', WRITE_PARAMS), patch: op('patch', patchParams), delete: op('delete') };
-      for (const s of d.subresources) paths[`${coll}/{name}/${s}`] = { get: op('get'), put: op('put', WRITE_PARAMS), patch: op('patch', patchParams) };
+      for (const s of d.subresources) paths[`${coll}/{name}/${s}`] = s === 'token' ? { post: op('post', WRITE_PARAMS) } : { get: op('get'), put: op('put', WRITE_PARAMS), patch: op('patch', patchParams) };
     }
     schemas[schemaName(d)] = { ...schemaToOpenApi(d.schema), 'x-kubernetes-group-version-kind': [gvk] };
   }

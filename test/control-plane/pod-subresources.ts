@@ -225,3 +225,148 @@ export function upgradePodSubresource(req: http.IncomingMessage, socket: Duplex,
     writeRaw(socket, e instanceof SubresourceError ? e : new SubresourceError(500, 'InternalError', (e as Error).message));
   }
 }
+
+// ---------------------------------------------------------------- pods/ephemeralcontainers
+
+/** A field error as kube-apiserver's field.Error: `<field>: <type>: <detail>` and its cause reason. */
+interface FieldError {
+  reason: string;
+  field: string;
+  message: string;
+}
+
+/** What server.ts throws for a refused ephemeral containers update (its ApiError fields). */
+export interface ApiFailure {
+  code: number;
+  reason: string;
+  message: string;
+  details: Obj;
+}
+
+const MIRROR_ANNOTATION = 'kubernetes.io/config.mirror';
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_LABEL_MSG = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+/**
+ * EphemeralContainerCommon's fields an ephemeral container may not set (upstream's allow
+ * list, in the struct's order): what a pod's fundamental services rely on.
+ */
+const FORBIDDEN_FIELDS = ['ports', 'resources', 'resizePolicy', 'restartPolicy', 'livenessProbe', 'readinessProbe', 'startupProbe', 'lifecycle'];
+
+const quote = (v: unknown) => JSON.stringify(v);
+const isSet = (v: unknown): boolean => v !== undefined && v !== null && !(Array.isArray(v) && v.length === 0) && !(typeof v === 'object' && !Array.isArray(v) && Object.keys(v as object).length === 0);
+type Container = Record<string, unknown>;
+const containersOf = (spec: Obj | undefined, key: string): Container[] => (Array.isArray(spec?.[key]) ? (spec[key] as unknown[]).filter((c): c is Container => c !== null && typeof c === 'object' && !Array.isArray(c)) : []);
+
+/** The API server's defaults for an ephemeral container (SetDefaults_EphemeralContainer): termination message and pull policy. */
+function defaultEphemeral(c: Container): Container {
+  const out = { ...c };
+  if (out['terminationMessagePath'] === undefined || out['terminationMessagePath'] === '') out['terminationMessagePath'] = '/dev/termination-log';
+  if (out['terminationMessagePolicy'] === undefined || out['terminationMessagePolicy'] === '') out['terminationMessagePolicy'] = 'File';
+  if (out['imagePullPolicy'] === undefined || out['imagePullPolicy'] === '') {
+    const image = typeof out['image'] === 'string' ? out['image'] : '';
+    const ref = image.split('@')[0]!;
+    const tag = /:([^/:]+)$/.exec(ref)?.[1];
+    out['imagePullPolicy'] = image.includes('@') || (tag !== undefined && tag !== 'latest') ? 'IfNotPresent' : 'Always';
+  }
+  return out;
+}
+
+/** validateEphemeralContainers: each container's own checks, names unique across every container of the pod, the target an existing non-ephemeral container. */
+function ephemeralContainerErrors(spec: Obj): FieldError[] {
+  const errs: FieldError[] = [];
+  const others = new Set([...containersOf(spec, 'containers'), ...containersOf(spec, 'initContainers')].map((c) => String(c['name'] ?? '')));
+  const all = new Set(others);
+  const volumes = new Set(containersOf(spec, 'volumes').map((v) => String(v['name'] ?? '')));
+  containersOf(spec, 'ephemeralContainers').forEach((ec, i) => {
+    const at = `spec.ephemeralContainers[${i}]`;
+    const name = ec['name'];
+    if (typeof name !== 'string' || name === '') errs.push({ reason: 'FieldValueRequired', field: `${at}.name`, message: 'Required value' });
+    else if (!DNS_LABEL.test(name) || name.length > 63) errs.push({ reason: 'FieldValueInvalid', field: `${at}.name`, message: `Invalid value: ${quote(name)}: ${name.length > 63 ? 'must be no more than 63 characters' : DNS_LABEL_MSG}` });
+    if (typeof ec['image'] !== 'string' || ec['image'] === '') errs.push({ reason: 'FieldValueRequired', field: `${at}.image`, message: 'Required value' });
+    const tmp = ec['terminationMessagePolicy'];
+    if (tmp !== 'File' && tmp !== 'FallbackToLogsOnError') errs.push({ reason: 'FieldValueNotSupported', field: `${at}.terminationMessagePolicy`, message: `Unsupported value: ${quote(tmp)}: supported values: "File", "FallbackToLogsOnError"` });
+    containersOf(ec, 'volumeMounts').forEach((vm, j) => {
+      if (!volumes.has(String(vm['name'] ?? ''))) errs.push({ reason: 'FieldValueNotFound', field: `${at}.volumeMounts[${j}].name`, message: `Not found: ${quote(vm['name'] ?? '')}` });
+    });
+    const pull = ec['imagePullPolicy'];
+    if (pull !== 'Always' && pull !== 'IfNotPresent' && pull !== 'Never') errs.push({ reason: 'FieldValueNotSupported', field: `${at}.imagePullPolicy`, message: `Unsupported value: ${quote(pull)}: supported values: "Always", "IfNotPresent", "Never"` });
+    if (typeof name === 'string' && name !== '') {
+      if (all.has(name)) errs.push({ reason: 'FieldValueDuplicate', field: `${at}.name`, message: `Duplicate value: ${quote(name)}` });
+      else all.add(name);
+    }
+    const target = ec['targetContainerName'];
+    if (target !== undefined && target !== null && target !== '' && !others.has(String(target))) errs.push({ reason: 'FieldValueNotFound', field: `${at}.targetContainerName`, message: `Not found: ${quote(target)}` });
+    for (const f of FORBIDDEN_FIELDS) if (isSet(ec[f])) errs.push({ reason: 'FieldValueForbidden', field: `${at}.${f}`, message: 'Forbidden: cannot be set for an Ephemeral Container' });
+    containersOf(ec, 'volumeMounts').forEach((vm, j) => {
+      for (const f of ['subPath', 'subPathExpr']) if (isSet(vm[f])) errs.push({ reason: 'FieldValueForbidden', field: `${at}.volumeMounts[${j}].${f}`, message: 'Forbidden: cannot be set for an Ephemeral Container' });
+    });
+  });
+  return errs;
+}
+
+/** apierrors.NewInvalid: one error as is, several in brackets. */
+function invalidFailure(name: string, errs: FieldError[]): ApiFailure {
+  const text = errs.map((e) => `${e.field}: ${e.message}`);
+  return {
+    code: 422,
+    reason: 'Invalid',
+    message: `Pod "${name}" is invalid: ${text.length === 1 ? text[0] : `[${text.join(', ')}]`}`,
+    details: { name, kind: 'Pod', causes: errs.map((e) => ({ reason: e.reason, message: e.message, field: e.field })) },
+  };
+}
+
+/** A pod created with ephemeral containers (ValidatePodCreate): they come only through the subresource. */
+export function ephemeralContainersOnCreate(pod: Obj): ApiFailure | undefined {
+  if (!isSet(pod['spec']?.['ephemeralContainers'])) return undefined;
+  return invalidFailure(String(pod['metadata']?.['name'] ?? ''), [{ reason: 'FieldValueForbidden', field: 'spec.ephemeralContainers', message: 'Forbidden: cannot be set on create' }]);
+}
+
+/**
+ * A write (PUT or PATCH) of `pods/<name>/ephemeralcontainers`, as kube-apiserver's
+ * ephemeral containers strategy: of the written pod only `spec.ephemeralContainers` is
+ * taken (defaulted), everything else is the stored pod's (`managedFields` excepted, which
+ * the caller records); existing ephemeral containers may be neither removed nor changed,
+ * and the new ones are validated (ValidatePodEphemeralContainersUpdate). Returns the pod to
+ * store, or the failure.
+ */
+export function ephemeralContainersUpdate(old: Obj, written: Obj): { pod: Obj } | { failure: ApiFailure } {
+  const name = String(old['metadata']?.['name'] ?? '');
+  const wrote = written['spec']?.['ephemeralContainers'];
+  if (wrote !== undefined && wrote !== null && !Array.isArray(wrote)) return { failure: invalidFailure(name, [{ reason: 'FieldValueInvalid', field: 'spec.ephemeralContainers', message: `Invalid value: ${quote(wrote)}: must be a list` }]) };
+  const next: Obj = JSON.parse(JSON.stringify(old));
+  next['metadata'] = { ...next['metadata'] };
+  if (written['metadata']?.['managedFields'] === undefined) delete next['metadata']['managedFields'];
+  else next['metadata']['managedFields'] = written['metadata']['managedFields'];
+  next['spec'] = { ...(next['spec'] ?? {}) };
+  const list = ((wrote ?? []) as unknown[]).map((c) => (c !== null && typeof c === 'object' && !Array.isArray(c) ? defaultEphemeral(c as Container) : c));
+  if (list.length > 0) next['spec']['ephemeralContainers'] = list;
+  else delete next['spec']['ephemeralContainers'];
+  if (old['metadata']?.['annotations']?.[MIRROR_ANNOTATION] !== undefined) {
+    return { failure: invalidFailure(name, [{ reason: 'FieldValueForbidden', field: '', message: 'Forbidden: static pods do not support ephemeral containers' }]) };
+  }
+  const errs = list.some((c) => c === null || typeof c !== 'object' || Array.isArray(c)) ? [{ reason: 'FieldValueInvalid', field: 'spec.ephemeralContainers', message: 'Invalid value: each item must be an object' }] : ephemeralContainerErrors(next['spec']);
+  // Existing ones: neither removed nor changed (order aside: a patch does not keep it).
+  const byName = new Map(containersOf(next['spec'], 'ephemeralContainers').map((c) => [String(c['name'] ?? ''), c] as const));
+  for (const prev of containersOf(old['spec'], 'ephemeralContainers')) {
+    const pname = String(prev['name'] ?? '');
+    const now = byName.get(pname);
+    if (!now) errs.push({ reason: 'FieldValueForbidden', field: 'spec.ephemeralContainers', message: `Forbidden: existing ephemeral containers ${quote(pname)} may not be removed\n` });
+    else if (!sameJson(prev, now)) errs.push({ reason: 'FieldValueForbidden', field: 'spec.ephemeralContainers', message: `Forbidden: existing ephemeral containers ${quote(pname)} may not be changed\n${changedFields(prev, now)}` });
+  }
+  return errs.length > 0 ? { failure: invalidFailure(name, errs) } : { pod: next };
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object' || Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a)) return a.length === (b as unknown[]).length && a.every((x, i) => sameJson(x, (b as unknown[])[i]));
+  const ka = Object.keys(a).filter((k) => (a as Obj)[k] !== undefined);
+  const kb = Object.keys(b).filter((k) => (b as Obj)[k] !== undefined);
+  return ka.length === kb.length && ka.every((k) => sameJson((a as Obj)[k], (b as Obj)[k]));
+}
+
+/** The fields that differ, one a line (`- <field>: <old>` / `+ <field>: <new>`), in place of upstream's cmp.Diff. */
+function changedFields(a: Container, b: Container): string {
+  const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => !sameJson(a[k], b[k])).sort();
+  return keys.map((k) => `- ${k}: ${quote(a[k] ?? null)}\n+ ${k}: ${quote(b[k] ?? null)}`).join('\n');
+}

@@ -291,7 +291,51 @@ export const SUBJECT_ACCESS_REVIEW_SCHEMA = reviewSchema(
   }),
 );
 
+// Issue 27: what a node reads (configmaps, secrets, service accounts) and Services.
+export const CONFIG_MAP_SCHEMA: SchemaNode = struct({ apiVersion: S, kind: S, metadata: OBJECT_META_SCHEMA, immutable: S, data: stringMap, binaryData: stringMap });
+export const SECRET_SCHEMA: SchemaNode = struct({ apiVersion: S, kind: S, metadata: OBJECT_META_SCHEMA, immutable: S, data: stringMap, stringData: stringMap, type: S });
+export const SERVICE_ACCOUNT_SCHEMA: SchemaNode = struct({
+  apiVersion: S,
+  kind: S,
+  metadata: OBJECT_META_SCHEMA,
+  secrets: mapList(['name'], objectReference),
+  imagePullSecrets: atomicList(struct({ name: S })),
+  automountServiceAccountToken: S,
+});
+export const SERVICE_SCHEMA: SchemaNode = struct({
+  apiVersion: S,
+  kind: S,
+  metadata: OBJECT_META_SCHEMA,
+  spec: struct({
+    ports: mapList(['port', 'protocol'], struct({ name: S, protocol: S, appProtocol: S, port: S, targetPort: S, nodePort: S })),
+    selector: { kind: 'struct', fields: {}, open: true, values: S, elementType: 'atomic' },
+    clusterIP: S,
+    clusterIPs: atomicStrings,
+    type: S,
+    externalIPs: atomicStrings,
+    sessionAffinity: S,
+    loadBalancerIP: S,
+    loadBalancerSourceRanges: atomicStrings,
+    externalName: S,
+    externalTrafficPolicy: S,
+    healthCheckNodePort: S,
+    publishNotReadyAddresses: S,
+    sessionAffinityConfig: ANY,
+    ipFamilies: atomicStrings,
+    ipFamilyPolicy: S,
+    allocateLoadBalancerNodePorts: S,
+    loadBalancerClass: S,
+    internalTrafficPolicy: S,
+    trafficDistribution: S,
+  }),
+  status: struct({ loadBalancer: ANY, conditions: atomicList(ANY) }),
+});
+
 const BY_KIND: Record<string, SchemaNode> = {
+  ConfigMap: CONFIG_MAP_SCHEMA,
+  Secret: SECRET_SCHEMA,
+  ServiceAccount: SERVICE_ACCOUNT_SCHEMA,
+  Service: SERVICE_SCHEMA,
   Pod: POD_SCHEMA,
   Node: NODE_SCHEMA,
   Namespace: NAMESPACE_SCHEMA,

@@ -16,6 +16,7 @@ import zlib from 'node:zlib';
 import YAML from 'yaml';
 import { realClock, type Clock } from '../../src/clock.js';
 import { DecodeError, checkFields, parseJsonStrict, parseYamlStrict } from './decode.js';
+import { PROTOBUF_MEDIA_TYPE, ProtobufKindError, decodeProtobuf, encodeProtobuf, isProtobufContentType, protobufKinds, servesProtobuf } from './protobuf.js';
 import { injectFault } from './faults.js';
 import { SERVER_VERSION, apiGroup, apiGroupList, apiResourceList, apiVersions, openApiDocument, openApiIndex } from './discovery.js';
 import { NodeCidrAllocator } from './cidr.js';
@@ -23,13 +24,18 @@ import { columnsFor } from './columns.js';
 import { nodeLifecycle } from './lifecycle.js';
 import { PatchError, applyJsonPatch, applyMergePatch, applyStrategicMergePatch } from './patch.js';
 import { Pki } from './pki.js';
+import { bootstrapTokenCaller, csrUpdate, prepareCsrCreate, startCsrControllers } from './certificates.js';
 import { NODE_PROXY_PATH, proxyToNode, setNodeProxyPki } from './node-proxy.js';
-import { POD_SUBRESOURCE_PATH, closePodSubresourceSessions, podSubresource, setPodSubresourcesPki, upgradePodSubresource } from './pod-subresources.js';
+import { POD_SUBRESOURCE_PATH, closePodSubresourceSessions, ephemeralContainersOnCreate, ephemeralContainersUpdate, podSubresource, setPodSubresourcesPki, upgradePodSubresource } from './pod-subresources.js';
 import { RESOURCES, apiVersionOf, findResource, type ResourceDef } from './resources.js';
 import { SelectorError, matchFields, matchLabels, parseFieldSelector, parseLabelSelector, type Requirement } from './selectors.js';
 import { ApplyConflictError, ApplyInvalidError, applyObject, recordUpdate } from './ssa/index.js';
 import { GoneError, Store, encodeJson, encodeListItem, sortKey, type Obj, type StoreEvent } from './store.js';
 import { ETCD_MAX_REQUEST_BYTES, MAX_REQUEST_BODY_BYTES, etcdRequestSize } from './limits.js';
+import { ServiceRange, admitCoreWrite } from './core-objects.js';
+import { admitNodeRequest, authorizeNode, fieldEquals, forbiddenRequest, nodeIdentity, requestVerb, type Attributes } from './node-authorizer.js';
+import { ServiceAccounts } from './service-accounts.js';
+import { StatusError } from './status-error.js';
 
 export interface ControlPlaneOptions {
   host?: string; // default 127.0.0.1
@@ -52,6 +58,12 @@ export interface ControlPlaneOptions {
   clusterCIDR?: string;
   /** `--node-cidr-mask-size`: the size of each node's block (default 24). */
   nodeCIDRMaskSize?: number;
+  /** `--service-cluster-ip-range`: where Services get their cluster IP; the first address is the `kubernetes` Service's (default 10.96.0.0/12). */
+  serviceClusterIPRange?: string;
+  /** `--disable-admission-plugins=ServiceAccount`: pods are stored without the default service account and its token volume. */
+  disableServiceAccountAdmission?: boolean;
+  /** Lifetime of the certificates the CSR signer issues (kube-controller-manager `--cluster-signing-duration`; default one year). */
+  csrSigningDurationMs?: number;
 }
 
 export interface AccessAttributes {
@@ -123,11 +135,18 @@ const conflict = (def: ResourceDef, name: string, msg: string): ApiError =>
 interface Negotiated {
   yaml: boolean;
   table: boolean;
+  /** Protobuf (protobuf.ts): only when the client accepts neither JSON nor YAML. */
+  protobuf?: boolean;
 }
 
-/** Picks the first Accept entry this server serves; undefined means 406. */
-export function negotiate(accept: string | undefined, allowTable: boolean): Negotiated | undefined {
+/**
+ * Picks the first Accept entry this server serves; undefined means 406. With `allowProtobuf`
+ * (the kind has a protobuf message), `application/vnd.kubernetes.protobuf` is answered when
+ * nothing else listed is.
+ */
+export function negotiate(accept: string | undefined, allowTable: boolean, allowProtobuf = false): Negotiated | undefined {
   if (!accept || accept.trim() === '') return { yaml: false, table: false };
+  let protobuf = false;
   for (const entry of accept.split(',')) {
     const [typeRaw, ...paramParts] = entry.split(';');
     const type = typeRaw!.trim().toLowerCase();
@@ -146,8 +165,9 @@ export function negotiate(accept: string | undefined, allowTable: boolean): Nego
     }
     if (type === 'application/json' || type === '*/*' || type === 'application/*' || type === 'application/json-patch+json' || type === 'application/merge-patch+json') return { yaml: false, table: false };
     if (type === 'application/yaml') return { yaml: true, table: false };
+    if (type === PROTOBUF_MEDIA_TYPE && allowProtobuf) protobuf = true;
   }
-  return undefined;
+  return protobuf ? { yaml: false, table: false, protobuf: true } : undefined;
 }
 
 // ------------------------------------------------------------------ helpers
@@ -218,6 +238,10 @@ class Server {
   private readonly tooLargeWaitMs: number;
   private readonly bookmarkMs: number;
   private readonly cidrs: NodeCidrAllocator | undefined;
+  readonly serviceRange: ServiceRange;
+  /** Service accounts, tokens and their admission (issue 27); set by initServiceAccounts before the server listens. */
+  sa!: ServiceAccounts;
+  private readonly noSaAdmission: boolean;
   url = '';
 
   constructor(opts: ControlPlaneOptions) {
@@ -229,6 +253,8 @@ class Server {
     this.bookmarkMs = opts.bookmarkIntervalMs ?? 60_000;
     this.store = new Store(this.clock, this.historyWindowMs);
     this.cidrs = opts.clusterCIDR !== undefined ? new NodeCidrAllocator(opts.clusterCIDR, opts.nodeCIDRMaskSize) : undefined;
+    this.serviceRange = new ServiceRange(opts.serviceClusterIPRange ?? '10.96.0.0/12');
+    this.noSaAdmission = opts.disableServiceAccountAdmission === true;
     // A deleted node's pod CIDR is free again.
     if (this.cidrs) {
       this.store.subscribe((ev) => {
@@ -274,14 +300,17 @@ class Server {
         res.destroy();
         return;
       }
-      const e = err instanceof ApiError ? err : new ApiError(500, 'InternalError', `Internal error occurred: ${(err as Error).message}`);
-      this.sendStatus(res, e);
+      const e = err instanceof ApiError ? err : err instanceof StatusError ? new ApiError(err.code, err.reason, err.message, err.details) : new ApiError(500, 'InternalError', `Internal error occurred: ${(err as Error).message}`);
+      this.sendStatus(res, e, negotiate(req.headers['accept'], false, true)?.protobuf === true);
     }
   }
 
   private authenticate(req: http.IncomingMessage): Caller | undefined {
     const auth = req.headers['authorization'];
-    if (typeof auth === 'string' && /^bearer /i.test(auth)) return this.tokens.get(auth.slice(7).trim());
+    if (typeof auth === 'string' && /^bearer /i.test(auth)) {
+      const token = auth.slice(7).trim();
+      return this.tokens.get(token) ?? bootstrapTokenCaller(this.store, token, this.clock.now()) ?? this.serviceAccountCaller(token);
+    }
     const sock = req.socket as TLSSocket;
     if (sock.authorized) {
       const cert = sock.getPeerCertificate();
@@ -292,9 +321,9 @@ class Server {
     return undefined;
   }
 
-  private sendStatus(res: http.ServerResponse, e: ApiError): void {
-    const body = JSON.stringify(statusBody(e));
-    res.writeHead(e.code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), ...e.headers });
+  private sendStatus(res: http.ServerResponse, e: ApiError, protobuf = false): void {
+    const body = protobuf ? encodeProtobuf(statusBody(e)) : JSON.stringify(statusBody(e));
+    res.writeHead(e.code, { 'Content-Type': protobuf ? PROTOBUF_MEDIA_TYPE : 'application/json', 'Content-Length': Buffer.byteLength(body), ...e.headers });
     res.end(body);
   }
 
@@ -304,9 +333,10 @@ class Server {
    * does not hold the event loop while it is gzipped.
    */
   private send(req: http.IncomingMessage, res: http.ServerResponse, code: number, body: Obj | string, neg: Negotiated, extra: Record<string, string | string[]> = {}, compressible = false): void {
-    const text = typeof body === 'string' ? body : neg.yaml ? YAML.stringify(body) : encodeJson(body);
-    const headers: Record<string, string | string[]> = { 'Content-Type': neg.yaml ? 'application/yaml' : 'application/json', ...extra };
-    const payload: Buffer = Buffer.from(text);
+    const headers: Record<string, string | string[]> = { 'Content-Type': neg.protobuf ? PROTOBUF_MEDIA_TYPE : neg.yaml ? 'application/yaml' : 'application/json', ...extra };
+    const payload: Buffer = neg.protobuf
+      ? encodeProtobuf(typeof body === 'string' ? (JSON.parse(body) as Obj) : body)
+      : Buffer.from(typeof body === 'string' ? body : neg.yaml ? YAML.stringify(body) : encodeJson(body));
     const finish = (out: Buffer): void => {
       headers['Content-Length'] = String(out.length);
       res.writeHead(code, headers);
@@ -350,6 +380,7 @@ class Server {
       const gv = /^\/apis\/([^/]+)\/([^/]+)$/.exec(p);
       if (gv) return simple(apiResourceList(gv[1]!, gv[2]!));
     }
+    this.authorizeNodePath(u.pathname, method, caller);
     if (NODE_PROXY_PATH.test(u.pathname)) return proxyToNode(req, res, u, this.store);
     if (POD_SUBRESOURCE_PATH.test(u.pathname)) return podSubresource(req, res, u, this.store);
     const target = this.parsePath(p);
@@ -397,8 +428,11 @@ class Server {
   private async dispatch(req: http.IncomingMessage, res: http.ServerResponse, u: URL, t: Target, method: string, caller: Caller): Promise<void> {
     const q = u.searchParams;
     const isWrite = method !== 'GET';
-    const neg = negotiate(req.headers['accept'], method === 'GET');
+    const watching = q.has('watch') && ['', 'true', '1'].includes(q.get('watch')!);
+    const neg = negotiate(req.headers['accept'], method === 'GET', !watching && servesProtobuf(apiVersionOf(t.def), t.def.kind));
     if (!neg) throw new ApiError(406, 'NotAcceptable', 'only the following media types are accepted: application/json, application/yaml, application/json;as=Table;v=v1;g=meta.k8s.io');
+    this.authorizeNodeRequest(t, method, q, caller);
+    if (t.subresource === 'token') return this.tokenRequest(req, res, t, method, caller, neg);
     if (t.def.virtual) {
       if (method !== 'POST' || t.name !== undefined) throw new ApiError(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`);
       const body = await this.readObject(req, t, q);
@@ -410,10 +444,16 @@ class Server {
       return this.get(req, res, q, t, neg);
     }
     if (!isWrite) return;
+    if (method !== 'POST') this.admitNode(caller, method === 'DELETE' ? 'delete' : 'update', t);
     const dryRun = this.dryRun(q);
     if (method === 'POST' && t.name === undefined) {
       if (t.def.namespaced && t.namespace === undefined) throw new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
       const body = await this.readObject(req, t, q);
+      if (t.def.kind === 'CertificateSigningRequest') {
+        const causes = prepareCsrCreate(body.obj, caller);
+        if (causes.length > 0) throw invalid(t.def, String(body.obj['metadata']?.['name'] ?? ''), causes);
+      }
+      this.admitNode(caller, 'create', t, body.obj);
       const out = this.create(t, body.obj, this.manager(req, q, false), dryRun);
       return this.send(req, res, 201, out, neg, body.warnings);
     }
@@ -685,7 +725,11 @@ class Server {
    * byte more is a 413 before anything is decoded. The rest of such a body is read and
    * dropped until the response is out, then the connection is closed.
    */
-  private readText(req: http.IncomingMessage): Promise<string> {
+  private async readText(req: http.IncomingMessage): Promise<string> {
+    return (await this.readBytes(req)).toString('utf8');
+  }
+
+  private readBytes(req: http.IncomingMessage): Promise<Buffer> {
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -702,7 +746,7 @@ class Server {
         chunks.push(c);
       });
       req.on('end', () => {
-        if (!over) resolve(Buffer.concat(chunks).toString('utf8'));
+        if (!over) resolve(Buffer.concat(chunks));
       });
       req.on('error', reject);
     });
@@ -729,6 +773,19 @@ class Server {
     throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json, application/yaml`);
   }
 
+  /** A protobuf body (protobuf.ts); a kind with no protobuf message here is 415, naming it. */
+  private decodeProtobufBody(bytes: Buffer): { value: unknown; duplicates: string[] } {
+    try {
+      return { value: decodeProtobuf(bytes), duplicates: [] };
+    } catch (err) {
+      if (err instanceof DecodeError) throw badRequest(err.message);
+      if (err instanceof ProtobufKindError) {
+        throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; ${PROTOBUF_MEDIA_TYPE} only for ${protobufKinds().join(', ')}, not kind "${err.kind}" in version "${err.apiVersion}"`);
+      }
+      throw err;
+    }
+  }
+
   /**
    * Checks a full object body against the kind's schema: the first wrong type is a 400 at any
    * level; unknown and duplicate fields follow fieldValidation (spec "Field validation").
@@ -745,8 +802,8 @@ class Server {
 
   private async readObject(req: http.IncomingMessage, t: Target, q: URLSearchParams): Promise<{ obj: Obj; warnings: Record<string, string[]> }> {
     const level = this.fieldValidation(q);
-    const text = await this.readText(req);
-    const d = this.decodeBody(text, String(req.headers['content-type'] ?? 'application/json'));
+    const ct = String(req.headers['content-type'] ?? 'application/json');
+    const d = isProtobufContentType(ct) ? this.decodeProtobufBody(await this.readBytes(req)) : this.decodeBody(await this.readText(req), ct);
     if (d.value === null || typeof d.value !== 'object' || Array.isArray(d.value)) throw badRequest(`${t.def.kind} in version "${t.def.version}" cannot be handled as a ${t.def.kind}: body must be an object`);
     const obj = d.value as Obj;
     const av = obj['apiVersion'];
@@ -773,7 +830,10 @@ class Server {
   private validateObject(def: ResourceDef, o: Obj): void {
     const name = String(o['metadata']?.['name'] ?? '');
     const causes: Array<{ field: string; message: string }> = [];
-    if (!NAME_RE.test(name) || name.length > 253) causes.push({ field: 'metadata.name', message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'` });
+    // A CSR's name is only a path segment (ValidateCertificateRequestName): the kubelet's `node-csr-<base64url>` has capitals and `_`.
+    if (def.kind === 'CertificateSigningRequest') {
+      if (name === '' || name === '.' || name === '..' || /[/%]/.test(name)) causes.push({ field: 'metadata.name', message: `Invalid value: "${name}": may not be '.' or '..' and may not contain '/' or '%'` });
+    } else if (!NAME_RE.test(name) || name.length > 253) causes.push({ field: 'metadata.name', message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'` });
     if (def.kind === 'Pod') {
       const cs = o['spec']?.['containers'];
       if (!Array.isArray(cs) || cs.length === 0) causes.push({ field: 'spec.containers', message: 'Required value' });
@@ -815,7 +875,12 @@ class Server {
       obj['spec'] = obj['spec'] ?? {};
       obj['status'] = { phase: 'Active' };
     }
+    // Admission sees the name asked for (generateName before a name is made of it).
+    if (def.kind === 'Pod' && !this.noSaAdmission) this.sa.admitPod(obj, t.namespace ?? '', String(body['metadata']?.['name'] || body['metadata']?.['generateName'] || 'Unknown'));
+    this.admitCore(def, obj, undefined);
     this.validateObject(def, obj);
+    const ec = def.kind === 'Pod' ? ephemeralContainersOnCreate(obj) : undefined;
+    if (ec) throw new ApiError(ec.code, ec.reason, ec.message, ec.details);
     if (this.store.get(def.resource, this.nsKey(tt), name)) {
       throw new ApiError(409, 'AlreadyExists', `${def.resource}${def.group ? `.${def.group}` : ''} "${name}" already exists`, { name, group: def.group, kind: def.resource });
     }
@@ -863,6 +928,16 @@ class Server {
       else m[k] = old['metadata'][k];
     }
     out['metadata'] = m;
+    if (def.kind === 'CertificateSigningRequest') {
+      const r = csrUpdate(old, out, sub, isoNow(this.clock));
+      if ('causes' in r) throw invalid(def, String(m['name'] ?? ''), r.causes);
+      return r.obj;
+    }
+    if (def.kind === 'Pod' && sub === 'ephemeralcontainers') {
+      const r = ephemeralContainersUpdate(old, out);
+      if ('failure' in r) throw new ApiError(r.failure.code, r.failure.reason, r.failure.message, r.failure.details);
+      return r.pod;
+    }
     if (def.subresources.includes('status')) {
       if (sub === 'status') {
         const keepMeta = out['metadata'];
@@ -916,6 +991,7 @@ class Server {
     if (rv !== undefined && rv !== '' && rv !== old['metadata']['resourceVersion']) throw conflict(def, name, 'the object has been modified; please apply your changes to the latest version and try again');
     if (meta['uid'] !== undefined && meta['uid'] !== '' && meta['uid'] !== old['metadata']['uid']) throw conflict(def, name, `Precondition failed: UID in precondition: ${String(meta['uid'])}, UID in object meta: ${String(old['metadata']['uid'])}`);
     const next = this.carryOver(def, old, body, t.subresource);
+    this.admitCore(def, next, old);
     this.validateObject(def, next);
     const managed = recordUpdate({ before: old, after: next, manager, apiVersion: apiVersionOf(def), kind: def.kind, now: isoNow(this.clock), schema: def.schema, ...(t.subresource ? { subresource: t.subresource } : {}) }) as Obj;
     return { obj: this.commit(def, ns, name, old, managed, dryRun), created: false };
@@ -972,6 +1048,7 @@ class Server {
         return { obj: this.store.put(def.resource, ns, name, created), created: true, warnings };
       }
       const next = this.carryOver(def, old, result, t.subresource);
+      this.admitCore(def, next, old);
       next['metadata']['managedFields'] = result['metadata']['managedFields'];
       this.validateObject(def, next);
       return { obj: this.commit(def, ns, name, old, next, dryRun), created: false, warnings };
@@ -997,6 +1074,7 @@ class Server {
     if (rv !== undefined && rv !== old['metadata']['resourceVersion']) throw conflict(def, name, 'the object has been modified; please apply your changes to the latest version and try again');
     if (p['metadata']?.['uid'] !== undefined && p['metadata']['uid'] !== old['metadata']['uid']) throw conflict(def, name, 'Precondition failed: UID in precondition does not match');
     const next = this.carryOver(def, old, p, t.subresource);
+    this.admitCore(def, next, old);
     this.validateObject(def, next);
     const managed = recordUpdate({ before: old, after: next, manager, apiVersion: apiVersionOf(def), kind: def.kind, now, schema: def.schema, ...sub }) as Obj;
     return { obj: this.commit(def, ns, name, old, managed, dryRun), created: false, warnings };
@@ -1113,6 +1191,11 @@ class Server {
     const spec = body['spec'] ?? {};
     const out: Obj = { apiVersion: apiVersionOf(def), kind: def.kind, metadata: { creationTimestamp: null }, spec };
     if (def.kind === 'TokenReview') {
+      const jwt = typeof spec['token'] === 'string' && !this.tokens.has(spec['token']) ? this.sa.validate(spec['token'], Array.isArray(spec['audiences']) ? spec['audiences'].map(String) : []) : undefined;
+      if (jwt !== undefined) {
+        out['status'] = 'error' in jwt ? { user: {}, error: jwt.error } : { authenticated: true, user: { username: jwt.identity.user, uid: jwt.identity.uid, groups: jwt.identity.groups, extra: jwt.identity.extra }, audiences: jwt.audiences };
+        return out;
+      }
       const who = typeof spec['token'] === 'string' ? this.tokens.get(spec['token']) : undefined;
       out['status'] = who ? { authenticated: true, user: { username: who.user, groups: who.groups } } : { user: {}, error: 'invalid bearer token' };
       return out;
@@ -1126,6 +1209,86 @@ class Server {
     const d = this.rules(attrs);
     out['status'] = { allowed: d.allowed, ...(d.allowed ? {} : { denied: false }), ...(d.reason ? { reason: d.reason } : {}) };
     return out;
+  }
+
+  // ---------------------------------------------------------------- service accounts, node access (issue 27)
+
+  initServiceAccounts(caPem: string): void {
+    const kubernetesServiceIp = this.serviceRange.first;
+    this.sa = new ServiceAccounts({
+      store: this.store,
+      clock: this.clock,
+      caPem,
+      kubernetesServiceIp,
+      create: (resource, namespace, body) => {
+        const def = RESOURCES.find((r) => r.group === '' && r.resource === resource)!;
+        this.create({ def, namespace }, body, 'kube-controller-manager', false);
+      },
+    });
+  }
+
+  private serviceAccountCaller(token: string): Caller | undefined {
+    const v = this.sa.validate(token, []);
+    return v !== undefined && !('error' in v) ? { user: v.identity.user, groups: v.identity.groups } : undefined;
+  }
+
+  /** The strategy of a ConfigMap, Secret, ServiceAccount or Service write (core-objects.ts). */
+  private admitCore(def: ResourceDef, o: Obj, old: Obj | undefined): void {
+    if (def.group !== '') return;
+    admitCoreWrite(def.kind, o, old, {
+      serviceRange: this.serviceRange,
+      usedServiceIps: () => new Set(this.store.list('services').map((s) => String(s['spec']?.['clusterIP'] ?? '')).filter((ip) => ip !== '' && ip !== 'None')),
+    });
+  }
+
+  /** The Node authorizer on node proxy and pod exec/attach/log/port-forward: nodes have none of them. */
+  private authorizeNodePath(p: string, method: string, caller: Caller): void {
+    const node = nodeIdentity(caller.user, caller.groups);
+    if (node === undefined) return;
+    const m = /^\/api\/v1\/(?:namespaces\/([^/]+)\/)?(pods|nodes)\/([^/]+)\/([^/]+)/.exec(p);
+    if (!m || !(NODE_PROXY_PATH.test(p) || POD_SUBRESOURCE_PATH.test(p))) return;
+    const a: Attributes = { user: caller.user, verb: requestVerb(method, true, false), group: '', resource: m[2]!, subresource: m[4]!, namespace: m[1] ?? '', name: m[3]!, fieldEquals: [] };
+    const d = authorizeNode(this.store, node, a);
+    if (!d.allowed) throw forbiddenRequest(a, d.reason);
+  }
+
+  /** The Node authorizer for a node caller's resource request (other callers: full access, no RBAC here). */
+  private authorizeNodeRequest(t: Target, method: string, q: URLSearchParams, caller: Caller): void {
+    const node = nodeIdentity(caller.user, caller.groups);
+    if (node === undefined) return;
+    const watch = method === 'GET' && q.has('watch') && ['', 'true', '1'].includes(q.get('watch')!);
+    const a: Attributes = {
+      user: caller.user,
+      verb: requestVerb(method, t.name !== undefined, watch),
+      group: t.def.group,
+      resource: t.def.resource,
+      subresource: t.subresource ?? '',
+      namespace: t.def.namespaced ? (t.namespace ?? '') : '',
+      name: t.name ?? '',
+      fieldEquals: fieldEquals(q.get('fieldSelector') ?? ''),
+    };
+    if (a.name === '' && (a.verb === 'list' || a.verb === 'watch')) a.name = a.fieldEquals.find((f) => f.field === 'metadata.name')?.value ?? '';
+    const d = authorizeNode(this.store, node, a);
+    if (!d.allowed) throw forbiddenRequest(a, d.reason);
+  }
+
+  /** NodeRestriction admission for a node caller's write (after the ServiceAccount plugin's mirror-pod checks, as upstream orders them). */
+  private admitNode(caller: Caller, operation: 'create' | 'update' | 'delete', t: Target, object?: Obj): void {
+    const node = nodeIdentity(caller.user, caller.groups);
+    if (node === undefined) return;
+    if (operation === 'create' && t.def.kind === 'Pod' && object && !this.noSaAdmission) this.sa.admitPod(copy(object), t.namespace ?? '');
+    admitNodeRequest(this.store, node, { operation, group: t.def.group, resource: t.def.resource, subresource: t.subresource ?? '', namespace: t.namespace ?? '', name: t.name ?? '', ...(object ? { object } : {}) });
+  }
+
+  /** POST .../serviceaccounts/<name>/token (TokenRequest); JSON, YAML or protobuf bodies. */
+  private async tokenRequest(req: http.IncomingMessage, res: http.ServerResponse, t: Target, method: string, caller: Caller, neg: Negotiated): Promise<void> {
+    if (method !== 'POST' || t.name === undefined) throw new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource');
+    const ct = String(req.headers['content-type'] ?? 'application/json');
+    const d = isProtobufContentType(ct) ? this.decodeProtobufBody(await this.readBytes(req)) : this.decodeBody(await this.readText(req), ct);
+    const body = d.value !== null && typeof d.value === 'object' && !Array.isArray(d.value) ? (d.value as Obj) : undefined;
+    this.requireNamespace(t, false);
+    this.admitNode(caller, 'create', t, body);
+    this.send(req, res, 201, this.sa.tokenRequest(t.namespace ?? '', t.name, d.value), neg);
   }
 
   // ---------------------------------------------------------------- lifecycle
@@ -1194,6 +1357,8 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   const server = new Server(opts);
   setNodeProxyPki(server.store, pki);
   setPodSubresourcesPki(server.store, pki);
+  server.initServiceAccounts(fs.readFileSync(pki.caFile, 'utf8'));
+  const stopCsrControllers = startCsrControllers({ store: server.store, clock: server.clock, caFile: pki.caFile, caKeyFile: pki.caKeyFile, ...(opts.csrSigningDurationMs !== undefined ? { signingDurationMs: opts.csrSigningDurationMs } : {}) });
   const ca = fs.readFileSync(pki.caFile);
   const httpsServer = https.createServer(
     { key: fs.readFileSync(pki.serverKeyFile), cert: fs.readFileSync(pki.serverCertFile), ca, requestCert: true, rejectUnauthorized: false },
@@ -1212,6 +1377,7 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
   const port = typeof addr === 'object' && addr ? addr.port : 0;
   const url = `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
   server.url = url;
+  server.sa.start(port);
   const intervalMs = opts.nodeLifecycleIntervalMs ?? 1000;
   const lifecycleTimer = intervalMs > 0 ? setInterval(() => server.syncNodeLifecycle(), intervalMs) : undefined;
   lifecycleTimer?.unref();
@@ -1239,6 +1405,8 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
     },
     async close() {
       if (lifecycleTimer) clearInterval(lifecycleTimer);
+      server.sa.stop();
+      stopCsrControllers();
       server.dropWatches();
       closePodSubresourceSessions(server.store);
       await new Promise<void>((resolve) => {

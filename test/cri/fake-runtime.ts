@@ -23,7 +23,9 @@
  * method), `hold`/`release` (calls of a method wait until released, or until their client
  * goes: a pull a test keeps in flight), `allowPull` (more images "in the registry"),
  * `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
- * and restarted runtime on the same socket), `calls` (every request, in order).
+ * and restarted runtime on the same socket), `calls` (every request, in order),
+ * `requireAuth` (a private registry refusing pulls without its credentials) and
+ * `pullAuths` (the AuthConfig each PullImage carried).
  * CheckpointContainer writes a real tar archive (tar-stream) at `location`, or what
  * `checkpointArchive` says (truncated, empty, garbage, none).
  */
@@ -169,6 +171,7 @@ export class FakeRuntime {
   readonly #holds = new Map<string, { times: number; waiting: Set<() => void> }>();
   readonly #reserved = new Map<string, string>(); // name -> owner id
   readonly #pullable: Set<string>;
+  readonly #private = new Map<string, { username: string; password: string }>();
   #server: grpc.Server | undefined;
   #ownedDir: string | undefined;
 
@@ -218,6 +221,24 @@ export class FakeRuntime {
   /** Calls of `method` held now. */
   held(method: string): number {
     return this.#holds.get(method)?.waiting.size ?? 0;
+  }
+
+  /**
+   * A private registry: PullImage of an image whose normalized reference starts with
+   * `prefix` (a host with port, `registry.example:5000/`, or a repository path) succeeds only
+   * with these credentials in its AuthConfig (username and password, or `auth` as base64
+   * `user:password`, as containerd takes either); otherwise it fails UNKNOWN with
+   * containerd 1.6's words for a registry's 401. The image must still be pullable.
+   * `undefined` removes the requirement.
+   */
+  requireAuth(prefix: string, cred: { username: string; password: string } | undefined): void {
+    if (cred) this.#private.set(prefix, { ...cred });
+    else this.#private.delete(prefix);
+  }
+
+  /** The AuthConfig of each PullImage, in order (null: none sent). */
+  pullAuths(): ({ username: string; password: string; auth: string; serverAddress: string; identityToken: string; registryToken: string } | null)[] {
+    return this.callsOf('PullImage').map((c) => (c.request.auth as never) ?? null);
   }
 
   /** More images PullImage can fetch (as the `pullable` option). */
@@ -689,6 +710,21 @@ export class FakeRuntime {
   rpcPullImage(req: Record<string, unknown>) {
     const ref = (req.image as { image?: string } | null)?.image ?? '';
     const full = normalizeImageRef(ref);
+    for (const [prefix, want] of this.#private) {
+      if (!full.startsWith(prefix)) continue;
+      const a = req.auth as { username?: string; password?: string; auth?: string } | null | undefined;
+      let user = a?.username ?? '';
+      let pass = a?.password ?? '';
+      if (a?.auth) {
+        const decoded = Buffer.from(a.auth, 'base64').toString('utf8');
+        const i = decoded.indexOf(':');
+        if (i >= 0) [user, pass] = [decoded.slice(0, i), decoded.slice(i + 1)];
+      }
+      if (user !== want.username || pass !== want.password) {
+        const tag = /:([^:/@]+)$/.exec(full)?.[1] ?? 'latest';
+        throw grpcError(grpc.status.UNKNOWN, `failed to pull and unpack image "${full}": failed to resolve reference "${full}": unexpected status code [manifests ${tag}]: 401 Unauthorized`);
+      }
+    }
     // Like containerd, a pull always asks the registry, even for a present image: callers
     // must check ImageStatus first (FACTS.md). Only `pullable` images are "in a registry".
     if (!this.#pullable.has(full)) {

@@ -101,7 +101,10 @@ export class MemRuntime implements PodRuntime {
     );
     return true;
   }
+  /** Every StartSpec asked for, in order (an ephemeral container's target ID among them). */
+  readonly startSpecs: StartSpec[] = [];
   async startContainer(s: StartSpec) {
+    this.startSpecs.push(s);
     const err = this.failStart.get(s.container.name);
     if (err) throw err;
     const id = `c${++this.n}`;

@@ -16,6 +16,7 @@ import type { ControlPlane } from '../control-plane/server.js';
 import { freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../helpers/nodelet.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { startTestCluster } from '../helpers/test-cluster.js';
+import { removeDir } from '../helpers/cleanup.js';
 
 export interface ConnectedNode {
   cp: ControlPlane;
@@ -82,7 +83,7 @@ export async function startConnectedNode(o: {
       await proxy?.close();
       await cri.stop();
       await cluster.close();
-      fs.rmSync(dir, { recursive: true, force: true });
+      removeDir(dir); // nodelet leaves pods' volumes mounted, as the kubelet
     },
   };
 }

@@ -8,7 +8,7 @@
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import type { DNSConfig } from '../../runtime/types.js';
 import { podHostname } from './dns.js';
-import { containerEnv } from './env.js';
+import { containerEnv, type EnvObjects, type EnvWarning } from './env.js';
 import { containerHash } from '../sync/plan.js';
 import { applyContainerSwap, type NodeSwap } from './swap.js';
 import { containerSecurityContext, podSysctls, sandboxSecurityContext, type ImageUser } from './security-context.js';
@@ -35,6 +35,8 @@ export interface SandboxOptions {
   clusterDomain?: string;
   /** This node's name: written as LABEL_NODELET_NODE so that another agent on the same runtime leaves the sandbox alone. */
   nodeName?: string;
+  /** The pod's cgroup (src/pods/cgroups), as LinuxPodSandboxConfig.cgroup_parent; unset: the runtime's default. */
+  cgroupParent?: string;
 }
 
 type CriObject = Record<string, unknown>;
@@ -69,6 +71,7 @@ export function sandboxConfig(pod: Pod, attempt: number, o: SandboxOptions): Cri
     annotations: { ...(pod.metadata?.annotations ?? {}) },
     portMappings: ports,
     linux: {
+      ...(o.cgroupParent ? { cgroupParent: o.cgroupParent } : {}),
       securityContext: sandboxSecurityContext(pod, namespaceOptions(pod)),
       sysctls: podSysctls(pod),
     },
@@ -95,12 +98,41 @@ export interface ContainerOptions {
   swap?: NodeSwap;
   /** The image's user (ImageStatus): the container runs as it unless runAsUser is set, as the kubelet's. */
   imageUser?: ImageUser;
+  /** What env read from the API for this start (env-sources.ts); unset on a standalone node. */
+  envObjects?: EnvObjects;
+  /** The node's allocatable, for the downward API's unset limits (env.ts). */
+  allocatable?: Readonly<Record<string, string>>;
+  /** Gets env's warnings (InvalidEnvironmentVariableNames), to record on the pod. */
+  onEnvWarning?: (w: EnvWarning) => void;
+  /**
+   * An ephemeral container's target (its targetContainerName's container ID): it joins that
+   * container's PID namespace (NamespaceMode TARGET), as the kubelet's
+   * generateLinuxContainerConfig does when the pod's PID mode is CONTAINER (with hostPID or
+   * shareProcessNamespace every container already shares one).
+   */
+  targetContainerId?: string;
+  /** LinuxContainerResources.oom_score_adj (src/pods/cgroups/resources.ts containerOomScoreAdjust); unset: not sent. */
+  oomScoreAdj?: number;
+}
+
+/** The container's namespaces: the pod's, with the PID namespace of an ephemeral container's target. */
+function containerNamespaceOptions(pod: Pod, targetContainerId: string | undefined): CriObject {
+  const ns = namespaceOptions(pod);
+  return targetContainerId && ns.pid === 'CONTAINER' ? { ...ns, pid: 'TARGET', targetId: targetContainerId } : ns;
 }
 
 export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): CriObject {
   // A hostNetwork pod's IP is the node's; another pod's is its sandbox's (created first, so known here).
   const podIPs = pod.spec?.hostNetwork ? (o.hostIP ? [o.hostIP] : []) : (o.podIPs ?? []);
-  const env = containerEnv(pod, c, { quantity: o.quantity, ...(o.nodeName ? { nodeName: o.nodeName } : {}), ...(o.hostIP ? { hostIP: o.hostIP } : {}), ...(podIPs.length ? { podIP: podIPs[0]!, podIPs } : {}) });
+  const env = containerEnv(pod, c, {
+    quantity: o.quantity,
+    ...(o.nodeName ? { nodeName: o.nodeName } : {}),
+    ...(o.hostIP ? { hostIP: o.hostIP } : {}),
+    ...(podIPs.length ? { podIP: podIPs[0]!, podIPs } : {}),
+    ...(o.envObjects ? { objects: o.envObjects } : {}),
+    ...(o.allocatable ? { allocatable: o.allocatable } : {}),
+  });
+  for (const w of env.warnings) o.onEnvWarning?.(w);
   const limits = c.resources?.limits ?? {};
   const requests = { ...limits, ...(c.resources?.requests ?? {}) };
   const resources: CriObject = {};
@@ -111,6 +143,7 @@ export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): Cr
   }
   resources.cpuShares = requests.cpu !== undefined ? Math.max(2, Math.round(o.quantity(requests.cpu) * 1024)) : 2;
   if (limits.memory !== undefined) resources.memoryLimitInBytes = Math.round(o.quantity(limits.memory));
+  if (o.oomScoreAdj !== undefined) resources.oomScoreAdj = o.oomScoreAdj;
   if (o.swap) applyContainerSwap(resources, pod, c, o.swap, o.quantity);
   const ports = (c.ports ?? []).map((p) => ({ containerPort: p.containerPort, protocol: p.protocol ?? 'TCP', ...(p.name ? { name: p.name } : {}) }));
   return {
@@ -140,7 +173,7 @@ export function containerConfig(pod: Pod, c: Container, o: ContainerOptions): Cr
     tty: !!c.tty,
     linux: {
       resources,
-      securityContext: containerSecurityContext(pod, c, { namespaceOptions: namespaceOptions(pod), seccomp: o.seccomp, ...(o.imageUser ? { image: o.imageUser } : {}) }),
+      securityContext: containerSecurityContext(pod, c, { namespaceOptions: containerNamespaceOptions(pod, o.targetContainerId), seccomp: o.seccomp, ...(o.imageUser ? { image: o.imageUser } : {}) }),
     },
   };
 }

@@ -33,6 +33,9 @@ import type { CriClient } from '../../runtime/cri-client.js';
 import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../../runtime/types.js';
 import type { ApiObjects } from '../objects/objects.js';
 import { containerConfig, sandboxConfig } from './cri-config.js';
+import type { EnvObjects } from './env.js';
+import { needsAllocatable, readEnvObjects } from './env-sources.js';
+import { ServiceEnvSource } from './service-env.js';
 import * as K from './labels.js'; // K.LABEL_* / K.ANN_*: the kubelet's label and annotation names
 import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, RESOLV_CONF_MAX_BYTES, type DnsWarning, type HostDns } from './dns.js';
 import { isDnsLabel } from '../sources/pod-validation.js';
@@ -40,11 +43,14 @@ import type { ObservedContainer, ObservedContainerState, ObservedPod } from '../
 import type { PodRuntime, StartSpec } from './runtime-port.js';
 import { checkLocalhostProfile, resolveSeccomp, seccompDir } from './seccomp.js';
 import { imageUser, runAsNonRootProblem, type ImageUser } from './security-context.js';
-import type { Mounter } from '../volumes/subpath.js';
+import { hostMounter, type Mounter } from '../volumes/subpath.js';
 import type { NodeSwap } from './swap.js';
+import type { PodCgroupsPort } from '../cgroups/pod-cgroups.js';
+import { containerOomScoreAdjust } from '../cgroups/resources.js';
 import { writeFileAtomic, type ImagePullRecords } from '../../system/root-dir.js';
+import { ensurePodImage, type CredentialVerification, type PullRecordsPort } from '../images/image-puller.js';
 import { containerResources, podResourceInfo, type AllocationRecords } from '../sync/allocation.js';
-import { isApiDataVolume, refreshApiDataVolumes } from '../volumes/api-data.js';
+import { ApiVolumes } from '../volumes/api-volumes.js';
 import { containerMounts, leftoverPodUids, podDir, podLogDir, removePodDir, removePodLogDirs } from '../volumes/volumes.js';
 import { containerLogSymlink, createLogSymlink, removeLogSymlink, removePodLogSymlinks } from '../logs/log-symlinks.js';
 import { removeContainerLogFiles } from '../logs/log-rotation.js';
@@ -71,13 +77,21 @@ export interface CriPodRuntimeOptions {
   /** The node's swap (memorySwap.swapBehavior and host facts): containers' swap limits (swap.ts). */
   swap?: NodeSwap;
   /** Image pull records under <root-dir>/image_manager (root-dir.ts); unset: none written. */
-  imageRecords?: Pick<ImagePullRecords, 'pulling' | 'pulled' | 'failed'>;
+  imageRecords?: Pick<ImagePullRecords, 'pulling' | 'pulled' | 'failed'> & Partial<PullRecordsPort>;
+  /** KubeletEnsureSecretPulledImages' verification policy (image-puller.ts); unset (gate off): present images are used as they are. */
+  imageCredentialVerification?: CredentialVerification;
   /** Where the kubelet's `<pod>_<ns>_<container>-<id>.log` links to live logs go (log-symlinks.ts); unset: none made. */
   containerLogDir?: string;
   /** `allocated_pods_state` and `actuated_pods_state` under the root dir (allocation.ts); unset: none kept. */
   allocation?: AllocationRecords;
   /** The API objects pods refer to (connected mode's); unset on a standalone node, where a pod that refers to one is refused. */
   objects?: ApiObjects;
+  /** The node's allocatable as `status.allocatable` has it (node-view.ts): what the downward API gives for an unset limit. */
+  nodeAllocatable?: () => Readonly<Record<string, string>> | undefined;
+  /** The kubelet's pod cgroups (src/pods/cgroups): made before the sandbox, its cgroup_parent, removed with the pod; unset: none (cgroupsPerQOS false). */
+  cgroups?: PodCgroupsPort;
+  /** The node's memory capacity in bytes, for each container's oom_score_adj (Burstable); unset: oom_score_adj not sent. */
+  memoryCapacityBytes?: number;
 }
 
 /**
@@ -172,10 +186,20 @@ export class CriPodRuntime implements PodRuntime {
    */
   readonly #relisted = new Map<string, { sandboxes: readonly object[]; containers: readonly object[]; observed: ObservedPod }>();
   readonly #log: Logger;
+  /** configMap, secret, downwardAPI and projected volumes, kept up to date (api-volumes.ts). */
+  readonly #apiVolumes: ApiVolumes;
 
   constructor(o: CriPodRuntimeOptions) {
     this.#o = o;
     this.#log = o.logger ?? silentLogger();
+    this.#apiVolumes = new ApiVolumes({
+      rootDir: o.rootDir,
+      quantity: (q) => parseQuantity(String(q)).value,
+      ...(o.objects ? { objects: o.objects } : {}),
+      mounter: o.mounter ?? hostMounter,
+      ...(o.events ? { events: o.events } : {}),
+      logger: this.#log.child({ component: 'volumes' }),
+    });
   }
 
   /** Learns the runtime's name (for `containerd://<id>` container IDs in status). */
@@ -218,14 +242,12 @@ export class CriPodRuntime implements PodRuntime {
       dnsConfig: dns.config,
       ...(this.#o.clusterDomain ? { clusterDomain: this.#o.clusterDomain } : {}),
       ...(this.#o.nodeName ? { nodeName: this.#o.nodeName } : {}),
+      ...(this.#o.cgroups?.parentOf(pod) ? { cgroupParent: this.#o.cgroups.parentOf(pod)! } : {}),
     }) as unknown as PodSandboxConfig;
   }
 
-  async refreshVolumes(pod: Pod): Promise<void> {
-    if (!pod.spec?.volumes?.some(isApiDataVolume)) return;
-    for (const problem of await refreshApiDataVolumes(this.#o.rootDir, pod, (q) => parseQuantity(String(q)).value)) {
-      this.#log.warn({ pod: `${pod.metadata?.namespace}/${pod.metadata?.name}` }, `cannot update a volume of the pod: ${problem}`);
-    }
+  refreshVolumes(pod: Pod): Promise<void> {
+    return this.#apiVolumes.refresh(pod);
   }
 
   sandboxIPs(id: string): Promise<string[]> {
@@ -385,6 +407,7 @@ export class CriPodRuntime implements PodRuntime {
   async adopted(pod: Pod, observed: ObservedPod): Promise<void> {
     const a = this.#o.allocation;
     const uid = pod.metadata?.uid ?? '';
+    if (uid && observed.sandboxes.some((s) => s.ready)) this.#o.cgroups?.track(pod);
     if (!a || !uid || !observed.sandboxes.some((s) => s.ready)) return;
     if (!a.allocated.get(uid)) await a.allocated.setPod(uid, podResourceInfo(pod));
     // By name, the first of each, as a search would find it (a search per container was quadratic).
@@ -407,6 +430,12 @@ export class CriPodRuntime implements PodRuntime {
     // Admitted: what the pod is allocated is recorded before it runs (a write failure is logged, never the pod's).
     await this.#o.allocation?.allocated.setPod(pod.metadata?.uid ?? '', podResourceInfo(pod));
     try {
+      // The pod's cgroup with its limits exists before the sandbox is put in it (the kubelet's EnsureExists).
+      await this.#o.cgroups?.ensurePod(pod);
+    } catch (err) {
+      throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod cgroup');
+    }
+    try {
       return await this.#o.cri.runPodSandbox(cfg);
     } catch (err) {
       throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod sandbox');
@@ -421,34 +450,25 @@ export class CriPodRuntime implements PodRuntime {
     await this.#o.cri.removePodSandbox(id);
   }
 
-  async ensureImage(_pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean> {
-    const image = c.image!;
-    const policy = c.imagePullPolicy ?? 'IfNotPresent';
-    if (policy !== 'Always') {
-      let present: boolean;
-      try {
-        present = (await this.#o.cri.imageStatus(image)) !== undefined;
-      } catch (err) {
-        throw withReason(err, 'ErrImagePull', `cannot check image "${image}"`);
-      }
-      if (present) return false;
-      if (policy === 'Never') {
-        throw new NodeletError('NOT_FOUND', `container image "${image}" is not present with pull policy of Never`, { reason: 'ErrImageNeverPull' });
-      }
-    }
-    const records = this.#o.imageRecords;
-    try {
-      const ref = await gate(async () => {
-        await records?.pulling(image);
-        return this.#o.cri.pullImage(image);
-      });
-      await records?.pulled(image, ref);
-    } catch (err) {
-      await records?.failed(image);
-      throw withReason(err, 'ErrImagePull', `failed to pull image "${image}"`);
-    }
-    return true;
+  async ensureImage(pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean> {
+    // Pull policy, pull secrets as CRI AuthConfig, and who may use a present image: image-puller.ts.
+    return ensurePodImage(
+      {
+        cri: this.#o.cri,
+        ...(this.#o.imageRecords ? { records: this.#o.imageRecords } : {}),
+        ...(this.#o.objects ? { objects: this.#o.objects } : {}),
+        ...(this.#o.imageCredentialVerification ? { verification: this.#o.imageCredentialVerification } : {}),
+        ...(this.#o.events ? { events: this.#o.events } : {}),
+        log: this.#log,
+      },
+      pod,
+      c,
+      gate,
+    );
   }
+
+  /** The Service variables' lists (service-env.ts), made on first use; none on a standalone node. */
+  #serviceEnv: ServiceEnvSource | undefined;
 
   async startContainer(s: StartSpec): Promise<string> {
     const { pod, container } = s;
@@ -468,6 +488,15 @@ export class CriPodRuntime implements PodRuntime {
     if (nonRoot) throw new NodeletError('INVALID_ARGUMENT', nonRoot, { reason: 'CreateContainerConfigError' });
     // The sandbox exists before its containers: its IPs are known for env and /etc/hosts.
     const podIPs = pod.spec?.hostNetwork ? [] : await this.#podIPs(s.sandboxId);
+    // What env reads from the API (env-sources.ts): each object once for this start, and the Services.
+    let envObjects: EnvObjects | undefined;
+    try {
+      if (this.#o.objects) this.#serviceEnv ??= new ServiceEnvSource(this.#o.objects);
+      envObjects = await readEnvObjects(pod, container, this.#o.objects, this.#serviceEnv);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: env`);
+    }
+    const allocatable = needsAllocatable(container) ? this.#o.nodeAllocatable?.() : undefined;
     let config: ContainerConfig;
     try {
       config = containerConfig(pod, container, {
@@ -479,6 +508,11 @@ export class CriPodRuntime implements PodRuntime {
         ...(this.#o.hostIP ? { hostIP: this.#o.hostIP } : {}),
         ...(podIPs.length ? { podIPs } : {}),
         ...(this.#o.swap ? { swap: this.#o.swap } : {}),
+        ...(s.targetContainerId ? { targetContainerId: s.targetContainerId } : {}),
+        ...(this.#o.memoryCapacityBytes ? { oomScoreAdj: containerOomScoreAdjust(pod, container, this.#o.memoryCapacityBytes) } : {}),
+        ...(envObjects ? { envObjects } : {}),
+        ...(allocatable ? { allocatable } : {}),
+        onEnvWarning: (w) => this.#o.events?.emit(podRef(pod), 'Warning', w.reason, w.message),
       }) as unknown as ContainerConfig;
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
@@ -486,7 +520,7 @@ export class CriPodRuntime implements PodRuntime {
     try {
       // Set up at every creation: subPath binds are redone from the volume as it is now.
       const env = new Map((config.envs ?? []).map((e) => [e.key, e.value] as const));
-      config.mounts = await containerMounts(pod, container, this.#o.rootDir, { env, ...(this.#o.mounter ? { mounter: this.#o.mounter } : {}) });
+      config.mounts = await containerMounts(pod, container, this.#o.rootDir, { env, apiVolumes: this.#apiVolumes, ...(this.#o.mounter ? { mounter: this.#o.mounter } : {}) });
       if (podIPs.length && !mountsOwnEtcHosts(container)) {
         config.mounts.push({ containerPath: '/etc/hosts', hostPath: await this.#writeHostsFile(pod, podIPs), readonly: false });
       }
@@ -551,11 +585,13 @@ export class CriPodRuntime implements PodRuntime {
    * binds unmounted first) and the pod's log directory. Both are tried; the errors are joined.
    */
   async cleanupPod(uid: string): Promise<void> {
+    this.#apiVolumes.forget(uid);
     const results = await Promise.allSettled([
       removePodDir(this.#o.rootDir, uid, this.#o.mounter),
       removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter),
       ...(this.#o.containerLogDir !== undefined ? [removePodLogSymlinks(this.#o.containerLogDir, this.#o.podLogsDir, uid)] : []),
       ...(this.#o.allocation ? [this.#o.allocation.allocated.removePod(uid), this.#o.allocation.actuated.removePod(uid)] : []),
+      ...(this.#o.cgroups ? [this.#o.cgroups.removePod(uid)] : []),
     ]);
     const errors = results.flatMap((r) => (r.status === 'rejected' ? [errorMessage(r.reason)] : []));
     if (errors.length) throw new NodeletError('INTERNAL', errors.join('; '));
@@ -564,8 +600,10 @@ export class CriPodRuntime implements PodRuntime {
   /** Pods that left directories, or entries in the resource records (a previous agent's included). */
   async leftoverPods(): Promise<string[]> {
     const dirs = await leftoverPodUids(this.#o.rootDir, this.#o.podLogsDir);
+    // Orphaned pod cgroups too (the kubelet's cleanupOrphanedPodCgroups at housekeeping).
+    const cgroups = (await this.#o.cgroups?.podUids().catch(() => [])) ?? [];
     const a = this.#o.allocation;
-    return a ? [...new Set([...dirs, ...a.allocated.uids(), ...a.actuated.uids()])] : dirs;
+    return [...new Set([...dirs, ...cgroups, ...(a ? [...a.allocated.uids(), ...a.actuated.uids()] : [])])];
   }
 
   async removeContainer(id: string): Promise<void> {

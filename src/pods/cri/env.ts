@@ -11,12 +11,29 @@
  * the container is refused with CreateContainerConfigError naming the variable and the
  * bound. The work is then linear in the pod spec plus the bound, whatever the spec.
  *
- * `configMapKeyRef`, `secretKeyRef` and `envFrom` need objects from the control plane that
- * nodelet does not read: an optional one is skipped, a required one is refused with
- * CreateContainerConfigError naming the variable, never dropped in silence.
+ * The API's part, as the kubelet's `makeEnvironmentVariables`: `envFrom` first (ConfigMaps and
+ * Secrets, each key with the `prefix`), then `env` in order (a later variable replaces an
+ * earlier one of the same name), then the Service variables (service-env.ts) that no variable
+ * of the container already names; `$(VAR)` sees the variables set so far and the Service
+ * variables. The objects are read before (env-sources.ts, once per object per container
+ * start) and handed in as {@link EnvObjects}; this module stays pure. The kubelet's errors,
+ * word for word: `configmap "x" not found`, `couldn't find key k in ConfigMap ns/x`,
+ * `secret "s" not found`, `couldn't find key k in Secret ns/s` (an `optional` reference to a
+ * missing object or key is skipped); on a standalone node (no {@link EnvObjects}) every
+ * reference, optional or not, is refused as the kubelet without a client refuses it
+ * (`couldn't get configMap ns/x, no kubeClient defined`). All are CreateContainerConfigError.
+ *
+ * `envFrom` keys: the kubelet of 1.35 (RelaxedEnvironmentVariableValidation, GA and locked on)
+ * passes every key on, since the API server admits only `[-._a-zA-Z0-9]+` keys and relaxed
+ * prefixes; nodelet skips a key that is not a relaxed name (empty, `=`, a character outside
+ * printable ASCII: only a hostile object has one, and it would change what the container
+ * sees) and reports the skipped keys as the kubelet before 1.30 did, an
+ * `InvalidEnvironmentVariableNames` warning returned in `warnings`. A fetched value with a NUL
+ * byte, or a Secret value that is not UTF-8 (a CRI string must be), is refused naming it.
+ * Fetched values count against the same bounds as the rest.
  */
-import type { Container, Pod, ResourceFieldSelector } from 'kubernetes-types/core/v1.js';
-import { NodeletError } from '../../errors.js';
+import type { ConfigMap, Container, Pod, ResourceFieldSelector, Secret } from 'kubernetes-types/core/v1.js';
+import { NodeletError, errorMessage } from '../../errors.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
 
@@ -37,6 +54,30 @@ export interface EnvContext {
   podIPs?: string[];
   /** Parses a resource quantity to base units (cores for cpu, bytes for memory). */
   quantity: (q: string | number) => number;
+  /** The API objects env refers to, read for this container start (env-sources.ts); unset on a standalone node. */
+  objects?: EnvObjects;
+  /** The node's allocatable (Node status form, `cpu: 1900m`): a `resourceFieldRef` to an unset limit gives it. Unset: 0. */
+  allocatable?: Readonly<Record<string, string>>;
+}
+
+/** What env read from the API for one container start (env-sources.ts). */
+export interface EnvObjects {
+  /** By name (the pod's namespace): the object, undefined when the API says it does not exist, or the error its read failed with. */
+  configMaps: ReadonlyMap<string, ConfigMap | undefined | Error>;
+  secrets: ReadonlyMap<string, Secret | undefined | Error>;
+  /** The Service variables (service-env.ts), in order; empty when none. */
+  serviceEnv: ReadonlyMap<string, string>;
+}
+
+/** An event the caller records on the pod (the kubelet's `InvalidEnvironmentVariableNames`). */
+export interface EnvWarning {
+  reason: string;
+  message: string;
+}
+
+/** What `$(VAR)` looks names up in. */
+export interface VarLookup {
+  get(name: string): string | undefined;
 }
 
 /** Thrown by {@link expand} when the result would be longer than `limit`. */
@@ -53,7 +94,7 @@ export class ExpansionTooLarge extends Error {
  * would be longer than `limit` characters, before building it: the work is bounded by the
  * input's length plus `limit`.
  */
-export function expand(input: string, vars: ReadonlyMap<string, string>, limit = Infinity): string {
+export function expand(input: string, vars: VarLookup, limit = Infinity): string {
   if (input.indexOf('$') < 0) {
     if (input.length > limit) throw new ExpansionTooLarge(limit);
     return input;
@@ -124,18 +165,51 @@ function fieldValue(pod: Pod, fieldPath: string, ctx: EnvContext, env: string): 
   throw new NodeletError('INVALID_ARGUMENT', `env ${env}: fieldRef.fieldPath ${JSON.stringify(fieldPath)} is not supported`, REASON);
 }
 
+/** The limits the downward API defaults when a container leaves them unset or zero (the kubelet's MergeContainerResourceLimits). */
+const DEFAULTED_LIMITS = ['cpu', 'memory', 'ephemeral-storage'];
+/** The pod-level limits (`spec.resources`, PodLevelResources) that come before the node's allocatable. */
+const POD_LEVEL_LIMITS = ['cpu', 'memory'];
+
+/**
+ * What an unset limit defaults to in the downward API, as the kubelet's
+ * `defaultPodLimitsForDownwardAPI`: the node's allocatable cpu, memory and ephemeral-storage,
+ * where the pod sets a non-zero pod-level limit (`spec.resources.limits`) that one instead.
+ * Undefined when the node's allocatable is not known.
+ */
+export function downwardApiLimitDefaults(pod: Pod, allocatable: Readonly<Record<string, string>> | undefined, quantity: (q: string | number) => number): Record<string, string | number> | undefined {
+  if (!allocatable) return undefined;
+  const out: Record<string, string | number> = {};
+  for (const r of DEFAULTED_LIMITS) if (typeof allocatable[r] === 'string') out[r] = allocatable[r];
+  // `spec.resources` is newer than the kubernetes-types this reads the pod with.
+  const podLimits = (pod.spec as { resources?: { limits?: Record<string, string | number> } } | undefined)?.resources?.limits ?? {};
+  for (const r of POD_LEVEL_LIMITS) {
+    const q = podLimits[r];
+    if (q !== undefined && out[r] !== undefined && quantity(q) !== 0) out[r] = q;
+  }
+  return out;
+}
+
 /**
  * A container's resource as the downward API gives it (env and volumes): `limits.<r>` or
- * `requests.<r>` (a request defaults to the limit), in units of `divisor`, rounded up.
- * `where` names the reference in errors (`env CPU`, `volume "podinfo" items[0]`).
+ * `requests.<r>` (a request defaults to the limit the container sets), in units of `divisor`,
+ * rounded up. An unset or zero `limits.cpu`, `limits.memory` or `limits.ephemeral-storage`
+ * gives `limitDefaults` (downwardApiLimitDefaults: the node's allocatable) as the kubelet does,
+ * 0 when they are not given; an unset request gives 0. `where` names the reference in errors
+ * (`env CPU`, `volume "podinfo" items[0]`).
  */
-export function resourceFieldValue(c: Container, ref: ResourceFieldSelector, quantity: (q: string | number) => number, where: string): string {
+export function resourceFieldValue(
+  c: Container,
+  ref: ResourceFieldSelector,
+  quantity: (q: string | number) => number,
+  where: string,
+  limitDefaults?: Readonly<Record<string, string | number>>,
+): string {
   const [kind, name] = ref.resource.split('.', 2) as [string, string | undefined];
   if ((kind !== 'limits' && kind !== 'requests') || !name) throw new NodeletError('INVALID_ARGUMENT', `${where}: resourceFieldRef.resource ${JSON.stringify(ref.resource)} is not supported`, REASON);
   const limits = c.resources?.limits ?? {};
   const requests = { ...limits, ...(c.resources?.requests ?? {}) };
-  const q = (kind === 'limits' ? limits : requests)[name];
-  // Unset: the kubelet reports the node's allocatable for limits and 0 for requests; nodelet reports 0 for both.
+  let q: string | number | undefined = (kind === 'limits' ? limits : requests)[name];
+  if (kind === 'limits' && DEFAULTED_LIMITS.includes(name) && (q === undefined || quantity(q) === 0)) q = limitDefaults?.[name];
   const value = q === undefined ? 0 : quantity(q);
   const divisor = ref.divisor === undefined ? 1 : quantity(ref.divisor);
   if (!(divisor > 0)) throw new NodeletError('INVALID_ARGUMENT', `${where}: resourceFieldRef.divisor must be positive`, REASON);
@@ -151,13 +225,23 @@ class Budget {
   #left = MAX_EXPANDED_BYTES;
 
   /** Expands `input`; the result's UTF-8 size plus `overhead` must fit both bounds. */
-  expand(what: string, input: string, vars: ReadonlyMap<string, string>, overhead: number): string {
+  expand(what: string, input: string, vars: VarLookup, overhead: number): string {
     return this.#fit(what, overhead, (limit) => expand(input, vars, limit));
   }
 
-  /** Counts a value that is not expanded (the downward API's) against the same bounds. */
-  take(what: string, value: string, overhead: number): string {
-    return this.#fit(what, overhead, () => value);
+  /**
+   * Counts a value that is not expanded (the downward API's, a fetched one) against the same
+   * bounds; `value` may be a maker given the limit, which throws ExpansionTooLarge past it
+   * before doing the work (a Secret's value is not decoded when its base64 is already too long).
+   */
+  take(what: string, value: string | ((limit: number) => string), overhead: number): string {
+    return this.#fit(what, overhead, typeof value === 'string' ? () => value : value);
+  }
+
+  /** Counts `bytes` of values known to fit one variable each (the Service variables) against the total bound. */
+  reserve(what: string, bytes: number): void {
+    if (bytes > this.#left) throw this.#refuse(what, false);
+    this.#left -= bytes;
   }
 
   #fit(what: string, overhead: number, make: (limit: number) => string): string {
@@ -185,34 +269,137 @@ class Budget {
   }
 }
 
+/** The kubelet's IsRelaxedEnvVarName: printable ASCII other than `=`, not empty. */
+const RELAXED_ENV_NAME_RE = /^[\x20-\x3c\x3e-\x7e]+$/;
+export function isRelaxedEnvVarName(name: string): boolean {
+  return RELAXED_ENV_NAME_RE.test(name);
+}
+
+/** At most this many characters of skipped key names go into one InvalidEnvironmentVariableNames message. */
+const MAX_LISTED_KEYS_CHARS = 1024;
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+type Kind = 'configMap' | 'secret';
+
 /** The container's environment, in order, and its command and args with `$(VAR)` expanded, within the bounds above. */
-export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: { key: string; value: string }[]; command: string[]; args: string[] } {
-  for (const from of c.envFrom ?? []) {
-    const ref = from.configMapRef ?? from.secretRef;
-    const what = from.configMapRef ? 'configMapRef' : 'secretRef';
-    if (ref && !ref.optional) throw new NodeletError('UNIMPLEMENTED', `envFrom ${what} ${JSON.stringify(ref.name)}: nodelet does not read configMaps or secrets from the control plane`, REASON);
-  }
+export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: { key: string; value: string }[]; command: string[]; args: string[]; warnings: EnvWarning[] } {
+  const ns = pod.metadata?.namespace ?? 'default';
   const budget = new Budget();
   const vars = new Map<string, string>();
+  const warnings: EnvWarning[] = [];
+  const serviceEnv = ctx.objects?.serviceEnv ?? new Map<string, string>();
+  const lookup: VarLookup = { get: (name) => vars.get(name) ?? serviceEnv.get(name) };
+  const overheadOf = (name: string) => Buffer.byteLength(name) + 2;
+
+  /** The object a reference names; undefined when it is missing and `optional`. Throws the kubelet's errors. */
+  function object(kind: Kind, name: string, optional: boolean, what: string): ConfigMap | Secret | undefined {
+    const label = kind === 'configMap' ? 'configMap' : 'secret';
+    if (!ctx.objects) {
+      throw new NodeletError('INVALID_ARGUMENT', `${what}: couldn't get ${label} ${ns}/${name}, no kubeClient defined (a standalone node reads no API objects)`, REASON);
+    }
+    const found = (kind === 'configMap' ? ctx.objects.configMaps : ctx.objects.secrets).get(name);
+    if (found instanceof Error) throw new NodeletError(found instanceof NodeletError ? found.code : 'UNAVAILABLE', errorMessage(found), REASON, { cause: found });
+    if (found !== undefined) return found;
+    if (optional) return undefined;
+    throw new NodeletError('NOT_FOUND', `${kind === 'configMap' ? 'configmap' : 'secret'} ${JSON.stringify(name)} not found`, REASON);
+  }
+
+  /** A fetched value, checked and counted: a Secret's is decoded from base64 (only once it fits the bound). */
+  function fetched(what: string, kind: Kind, from: string, key: string, raw: unknown, overhead: number): string {
+    if (typeof raw !== 'string') throw new NodeletError('INVALID_ARGUMENT', `${what}: ${kind} ${ns}/${from} key ${JSON.stringify(key)} is not a string`, REASON);
+    const value = budget.take(
+      what,
+      (limit) => {
+        if (kind === 'configMap') return raw;
+        // base64: 4 characters per 3 bytes; past this it cannot fit, so it is not decoded.
+        if (raw.length > Math.ceil(limit / 3) * 4 + 4) throw new ExpansionTooLarge(limit);
+        try {
+          return utf8.decode(Buffer.from(raw, 'base64'));
+        } catch {
+          throw new NodeletError('INVALID_ARGUMENT', `${what}: the value of key ${JSON.stringify(key)} in Secret ${ns}/${from} is not UTF-8, which an environment value must be`, REASON);
+        }
+      },
+      overhead,
+    );
+    if (value.includes('\0')) throw new NodeletError('INVALID_ARGUMENT', `${what}: the value of key ${JSON.stringify(key)} in ${kind === 'configMap' ? 'ConfigMap' : 'Secret'} ${ns}/${from} holds a NUL byte, which an environment variable cannot carry`, REASON);
+    return value;
+  }
+
+  // envFrom first; env then replaces what it names.
+  for (const from of c.envFrom ?? []) {
+    const kind: Kind | undefined = from.configMapRef ? 'configMap' : from.secretRef ? 'secret' : undefined;
+    if (!kind) continue;
+    const ref = (from.configMapRef ?? from.secretRef)!;
+    const obj = object(kind, ref.name ?? '', ref.optional === true, `envFrom ${kind}Ref ${JSON.stringify(ref.name ?? '')}`);
+    if (!obj) continue;
+    const invalid: string[] = [];
+    const data: Record<string, unknown> = (obj.data as Record<string, unknown> | undefined) ?? {};
+    for (const key of Object.keys(data)) {
+      const name = (from.prefix ?? '') + key;
+      if (!isRelaxedEnvVarName(name)) {
+        invalid.push(name);
+        continue;
+      }
+      vars.set(name, fetched(`env ${name} (envFrom ${kind} ${ns}/${ref.name})`, kind, ref.name ?? '', key, data[key], overheadOf(name)));
+    }
+    if (invalid.length) {
+      invalid.sort();
+      let listed = '';
+      let n = 0;
+      for (; n < invalid.length && listed.length < MAX_LISTED_KEYS_CHARS; n++) listed += (n ? ', ' : '') + invalid[n];
+      if (n < invalid.length) listed += `, ... (${invalid.length - n} more)`;
+      warnings.push({
+        reason: 'InvalidEnvironmentVariableNames',
+        message: `Keys [${listed}] from the EnvFrom ${kind} ${ns}/${ref.name} were skipped since they are considered invalid environment variable names.`,
+      });
+    }
+  }
+
   for (const e of c.env ?? []) {
     const what = `env ${e.name}`;
-    const overhead = Buffer.byteLength(e.name) + 2;
+    const overhead = overheadOf(e.name);
     let value: string;
     const vf = e.valueFrom;
-    if (!vf) value = budget.expand(what, e.value ?? '', vars, overhead);
+    if (!vf || (e.value !== undefined && e.value !== '')) value = budget.expand(what, e.value ?? '', lookup, overhead);
     else if (vf.fieldRef) value = budget.take(what, fieldValue(pod, vf.fieldRef.fieldPath, ctx, e.name), overhead);
-    else if (vf.resourceFieldRef) value = budget.take(what, resourceFieldValue(c, vf.resourceFieldRef, ctx.quantity, what), overhead);
-    else {
-      const ref = vf.configMapKeyRef ?? vf.secretKeyRef;
-      const kind = vf.configMapKeyRef ? 'configMapKeyRef' : vf.secretKeyRef ? 'secretKeyRef' : 'valueFrom';
-      if (ref?.optional) continue;
-      throw new NodeletError('UNIMPLEMENTED', `env ${e.name}: ${kind}${ref ? ` ${JSON.stringify(ref.name)}` : ''} needs the control plane's configMaps or secrets, which nodelet does not read`, REASON);
+    else if (vf.resourceFieldRef) {
+      const defaults = downwardApiLimitDefaults(pod, ctx.allocatable, ctx.quantity);
+      value = budget.take(what, resourceFieldValue(c, vf.resourceFieldRef, ctx.quantity, what, defaults), overhead);
+    } else if (vf.configMapKeyRef || vf.secretKeyRef) {
+      const kind: Kind = vf.configMapKeyRef ? 'configMap' : 'secret';
+      const ref = (vf.configMapKeyRef ?? vf.secretKeyRef)!;
+      const optional = ref.optional === true;
+      const obj = object(kind, ref.name ?? '', optional, what);
+      if (!obj) continue;
+      const data = (obj.data as Record<string, unknown> | undefined) ?? {};
+      if (!Object.hasOwn(data, ref.key)) {
+        if (optional) continue;
+        throw new NodeletError('NOT_FOUND', `couldn't find key ${ref.key} in ${kind === 'configMap' ? 'ConfigMap' : 'Secret'} ${ns}/${ref.name}`, REASON);
+      }
+      value = fetched(what, kind, ref.name ?? '', ref.key, data[ref.key], overhead);
+    } else {
+      throw new NodeletError('INVALID_ARGUMENT', `env ${e.name}: valueFrom has no source nodelet supports (fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef)`, REASON);
     }
     vars.set(e.name, value);
   }
+
+  // The Service variables the container does not set itself, counted together: they are
+  // short ASCII (service-env.ts), and a namespace may have thousands of them.
+  const envs = [...vars].map(([key, value]) => ({ key, value }));
+  let serviceBytes = 0;
+  let services = 0;
+  for (const [key, value] of serviceEnv) {
+    if (vars.has(key)) continue;
+    envs.push({ key, value });
+    serviceBytes += key.length + value.length + 2;
+    services++;
+  }
+  if (services) budget.reserve(`env: the ${services} Service variables (enableServiceLinks: false leaves out those of the pod's namespace)`, serviceBytes);
   return {
-    envs: [...vars].map(([key, value]) => ({ key, value })),
-    command: (c.command ?? []).map((s, i) => budget.expand(`command[${i}]`, s, vars, 1)),
-    args: (c.args ?? []).map((s, i) => budget.expand(`args[${i}]`, s, vars, 1)),
+    envs,
+    command: (c.command ?? []).map((s, i) => budget.expand(`command[${i}]`, s, lookup, 1)),
+    args: (c.args ?? []).map((s, i) => budget.expand(`args[${i}]`, s, lookup, 1)),
+    warnings,
   };
 }

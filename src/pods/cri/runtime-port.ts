@@ -15,6 +15,8 @@ export interface StartSpec {
   sandboxAttempt: number;
   restartCount: number;
   init: boolean;
+  /** An ephemeral container's target (targetContainerName): the ID of the container whose PID namespace it joins (CRI NamespaceMode TARGET). */
+  targetContainerId?: string;
 }
 
 export interface PodRuntime {

@@ -220,8 +220,9 @@ export async function terminationMessage(c: ExitedContainer, io: TerminationMess
 }
 
 /**
- * The status manager's cut: each terminated state's message (state and lastState, init
- * and regular containers) at most 12 KiB divided by the number of the pod's containers,
+ * The status manager's cut: each terminated state's message (state and lastState, init,
+ * regular and ephemeral containers) at most 12 KiB divided by the number of the pod's init
+ * and regular containers,
  * in UTF-8 bytes. Changes `status` in place and returns it.
  */
 export function limitTerminationMessages(pod: Pod, status: PodStatus): PodStatus {
@@ -231,7 +232,8 @@ export function limitTerminationMessages(pod: Pod, status: PodStatus): PodStatus
     const t = s?.terminated;
     if (t?.message !== undefined && Buffer.byteLength(t.message) > perContainer) t.message = utf8Prefix(t.message, perContainer);
   };
-  for (const cs of [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? [])]) {
+  // Ephemeral containers' too, though not counted in the share (the kubelet's normalizeStatus).
+  for (const cs of [...(status.initContainerStatuses ?? []), ...(status.containerStatuses ?? []), ...(status.ephemeralContainerStatuses ?? [])]) {
     cut(cs.state);
     cut(cs.lastState);
   }

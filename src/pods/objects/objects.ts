@@ -8,7 +8,7 @@
  * Every read names the object it wanted in its error; "not found" is an answer (undefined), not
  * an error, so callers can tell `optional` references from broken ones.
  */
-import type { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-types/core/v1.js';
+import type { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-types/core/v1.js';
 
 /** A TokenRequest for a pod's projected `serviceAccountToken` source. */
 export interface TokenRequestSpec {
@@ -36,4 +36,22 @@ export interface ApiObjects {
   services(namespace: string): Promise<Service[]>;
   /** POST `serviceaccounts/<name>/token` in `namespace`. */
   requestToken(namespace: string, serviceAccount: string, spec: TokenRequestSpec): Promise<IssuedToken>;
+  /**
+   * Change detection, as the kubelet's watch-based ConfigMap and Secret managers (optional:
+   * an implementation without it is read with a request each time). `registerPod` tells the
+   * ConfigMaps and Secrets a pod refers to now (references.ts; called again when the pod
+   * changes, idempotent); `unregisterPod` once the pod is gone. An object that no registered
+   * pod refers to is no longer watched.
+   */
+  registerPod?(pod: Pod): void;
+  unregisterPod?(uid: string): void;
+  /** Tells `listener` of every change of a watched ConfigMap or Secret; returns the unsubscribe. */
+  onChange?(listener: (ref: ObjectRef) => void): () => void;
+}
+
+/** A ConfigMap or a Secret a pod refers to. */
+export interface ObjectRef {
+  kind: 'ConfigMap' | 'Secret';
+  namespace: string;
+  name: string;
 }

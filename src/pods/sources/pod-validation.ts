@@ -19,8 +19,8 @@ const DNS_SUBDOMAIN_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 const QUALIFIED_NAME_PART_RE = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
 /** IANA_SVC_NAME: lower-case letters, digits and non-adjacent hyphens, at least one letter. */
 const IANA_SVC_NAME_RE = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
-/** The API server's env var name rule (without the RelaxedEnvironmentVariableValidation gate). */
-const ENV_VAR_NAME_RE = /^[-._a-zA-Z][-._a-zA-Z0-9]*$/;
+/** The API server's env var name rule with RelaxedEnvironmentVariableValidation (GA and locked on in 1.35): printable ASCII but "=". */
+const ENV_VAR_NAME_RE = /^[\x20-\x3c\x3e-\x7e]+$/;
 /** Pod UIDs: the API server's are RFC 4122 strings, static pods' are hex; never a path element other than itself. */
 const UID_RE = /^[A-Za-z0-9-]{1,128}$/;
 /** The API server's limit on the total size of a pod's annotations. */
@@ -149,6 +149,26 @@ function validateMetadata(p: Problems, meta: unknown): void {
   if (size > ANNOTATIONS_MAX_BYTES) p.add('metadata.annotations', `may not be more than ${ANNOTATIONS_MAX_BYTES} bytes in total, got ${size}`);
 }
 
+/**
+ * A static pod has no API server behind it: a volume that shows an API object (a ConfigMap, a
+ * Secret, a ServiceAccount's token, a ClusterTrustBundle) is refused naming the field, as the
+ * API server refuses the mirror pod of a static pod that refers to them.
+ */
+function staticVolumeObjects(p: Problems, v: Obj, f: string): void {
+  const refuse = (field: string, what: string) => p.add(field, `a static pod cannot refer to API objects (${what})`);
+  if (isObj(v.configMap)) refuse(`${f}.configMap`, `ConfigMap ${show(v.configMap.name)}`);
+  if (isObj(v.secret)) refuse(`${f}.secret`, `Secret ${show(v.secret.secretName)}`);
+  if (!isObj(v.projected) || !Array.isArray(v.projected.sources)) return;
+  v.projected.sources.forEach((src: unknown, j: number) => {
+    if (!isObj(src)) return;
+    const sf = `${f}.projected.sources[${j}]`;
+    if (isObj(src.configMap)) refuse(`${sf}.configMap`, `ConfigMap ${show(src.configMap.name)}`);
+    if (isObj(src.secret)) refuse(`${sf}.secret`, `Secret ${show(src.secret.name)}`);
+    if (isObj(src.serviceAccountToken)) refuse(`${sf}.serviceAccountToken`, "a ServiceAccount's token");
+    if (isObj(src.clusterTrustBundle)) refuse(`${sf}.clusterTrustBundle`, 'a ClusterTrustBundle');
+  });
+}
+
 /** Validates spec.volumes; returns the names of the volumes (valid or not) for volumeMounts to refer to. */
 function validateVolumes(p: Problems, spec: Obj): Set<string> {
   const names = new Set<string>();
@@ -172,6 +192,7 @@ function validateVolumes(p: Problems, spec: Obj): Set<string> {
       if (hp.type !== undefined && hp.type !== null && !(typeof hp.type === 'string' && HOST_PATH_TYPES.has(hp.type))) p.add(`${f}.hostPath.type`, `unsupported value ${show(hp.type)}`);
     }
     if (isObj(v.emptyDir) && v.emptyDir.medium !== undefined && v.emptyDir.medium !== null && typeof v.emptyDir.medium !== 'string') p.add(`${f}.emptyDir.medium`, 'must be a string');
+    staticVolumeObjects(p, v, f);
   });
   return names;
 }
@@ -311,12 +332,29 @@ function validateContainer(p: Problems, c: Obj, f: string, volumes: Set<string>)
     const ef = `${f}.env[${j}]`;
     if (!isObj(e)) return p.add(ef, 'must be an object');
     if (typeof e.name !== 'string' || !e.name) p.add(`${ef}.name`, 'required');
-    else if (!ENV_VAR_NAME_RE.test(e.name)) p.add(`${ef}.name`, `${show(e.name)} is not a valid environment variable name (letters, digits, "_", "-" or ".", not starting with a digit)`);
+    else if (!ENV_VAR_NAME_RE.test(e.name)) p.add(`${ef}.name`, `${show(e.name)} is not a valid environment variable name (printable ASCII characters other than "=")`);
     if (e.value !== undefined && e.value !== null && typeof e.value !== 'string') p.add(`${ef}.value`, `must be a string, got ${show(e.value)}`);
     if (e.valueFrom !== undefined && e.valueFrom !== null) {
       if (!isObj(e.valueFrom)) p.add(`${ef}.valueFrom`, 'must be an object');
-      else if (typeof e.value === 'string' && e.value !== '') p.add(`${ef}.valueFrom`, 'may not be specified when value is not empty');
+      else {
+        if (typeof e.value === 'string' && e.value !== '') p.add(`${ef}.valueFrom`, 'may not be specified when value is not empty');
+        // A static pod has no API server behind it (the kubelet: "static pods may not reference configmaps").
+        if (isObj(e.valueFrom.configMapKeyRef)) p.add(`${ef}.valueFrom.configMapKeyRef`, `a static pod cannot refer to API objects (ConfigMap ${show(e.valueFrom.configMapKeyRef.name)})`);
+        if (isObj(e.valueFrom.secretKeyRef)) p.add(`${ef}.valueFrom.secretKeyRef`, `a static pod cannot refer to API objects (Secret ${show(e.valueFrom.secretKeyRef.name)})`);
+      }
     }
+  });
+  p.items(c, 'envFrom', f).forEach((e, j) => {
+    const ef = `${f}.envFrom[${j}]`;
+    if (!isObj(e)) return p.add(ef, 'must be an object');
+    if (e.prefix !== undefined && e.prefix !== null && e.prefix !== '' && !(typeof e.prefix === 'string' && ENV_VAR_NAME_RE.test(e.prefix))) {
+      p.add(`${ef}.prefix`, `${show(e.prefix)} is not a valid environment variable name (printable ASCII characters other than "=")`);
+    }
+    const cm = isObj(e.configMapRef);
+    const sr = isObj(e.secretRef);
+    if (cm === sr) p.add(ef, 'must specify exactly one of configMapRef and secretRef');
+    if (cm) p.add(`${ef}.configMapRef`, `a static pod cannot refer to API objects (ConfigMap ${show((e.configMapRef as Obj).name)})`);
+    if (sr) p.add(`${ef}.secretRef`, `a static pod cannot refer to API objects (Secret ${show((e.secretRef as Obj).name)})`);
   });
 
   const mountPaths = new Set<string>();
@@ -366,6 +404,14 @@ export function validatePodManifest(doc: Record<string, unknown>): string[] {
   p.int(spec, 'terminationGracePeriodSeconds', 'spec', 0);
   validatePodSecurity(p, spec);
   const volumes = validateVolumes(p, spec);
+  // The kubelet refuses a static pod that names a ServiceAccount ("static pods may not reference serviceaccounts").
+  for (const k of ['serviceAccountName', 'serviceAccount'] as const) {
+    if (spec[k] !== undefined && spec[k] !== null && spec[k] !== '') p.add(`spec.${k}`, `a static pod cannot refer to API objects (ServiceAccount ${show(spec[k])})`);
+  }
+  // As the API server's pod create validation: ephemeral containers come only through the
+  // pods/ephemeralcontainers subresource, which static pods do not have.
+  const ephemeral = spec.ephemeralContainers;
+  if (ephemeral !== undefined && ephemeral !== null && !(Array.isArray(ephemeral) && ephemeral.length === 0)) p.add('spec.ephemeralContainers', 'cannot be set on create (static pods do not support ephemeral containers)');
   const seen = new Set<string>();
   for (const field of ['initContainers', 'containers'] as const) {
     const list = spec[field];

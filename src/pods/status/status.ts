@@ -5,7 +5,7 @@
  */
 import type { ContainerState, ContainerStatus, Pod, PodCondition, PodStatus } from 'kubernetes-types/core/v1.js';
 import { containersByName, latestSandbox, type ObservedContainer, type ObservedPod } from '../sync/observed.js';
-import { isSidecar, restartPolicy, type Waiting } from '../sync/plan.js';
+import { ephemeralContainers, isSidecar, restartPolicy, type Waiting } from '../sync/plan.js';
 import { limitTerminationMessages } from '../logs/termination-message.js';
 
 export interface StatusInputs {
@@ -98,6 +98,13 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
   const appStatuses = apps.map((c) =>
     containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], initialized ? 'ContainerCreating' : 'PodInitializing', runtimeName, inp.probes),
   );
+  // Ephemeral containers: never probed, never ready, no `started`, and no part of the phase
+  // or the conditions; waiting like the pod's other containers (PodInitializing in a pod with
+  // init containers), as the kubelet's convertToAPIContainerStatuses reports them.
+  const ephemeralStatuses = ephemeralContainers(pod).map((c) => {
+    const { started: _started, ...st } = containerStatus(c.name, c.image ?? '', named(c.name), sandboxId, waiting[c.name], inits.length > 0 ? 'PodInitializing' : 'ContainerCreating', runtimeName);
+    return { ...st, ready: false };
+  });
   const initFailed = regularInitStatuses.some((s) => (s.state?.terminated?.exitCode ?? 0) !== 0) && restartPolicy(pod) === 'Never';
 
   const phase = initFailed ? 'Failed' : podPhase(pod, initialized, appStatuses);
@@ -143,6 +150,7 @@ export function computePodStatus(inp: StatusInputs): PodStatus {
     startTime,
     ...(initStatuses.length ? { initContainerStatuses: initStatuses } : {}),
     containerStatuses: appStatuses,
+    ...(ephemeralStatuses.length ? { ephemeralContainerStatuses: ephemeralStatuses } : {}),
     qosClass: qosClass(pod),
   });
 }

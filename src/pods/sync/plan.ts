@@ -46,6 +46,13 @@ export interface StartContainer {
   /** Restart count of the new container: previous instance's + 1, or 0. */
   restartCount: number;
   init: boolean;
+  /**
+   * An ephemeral container (spec.ephemeralContainers): started once, never restarted.
+   * `target` is its targetContainerName and the ID of that container's newest instance
+   * (unset when none exists: the start then fails as the kubelet's, "unable to find target
+   * container"), whose process namespace it joins.
+   */
+  ephemeral?: { target?: { name: string; id?: string } };
 }
 
 export interface Waiting {
@@ -119,6 +126,11 @@ export function isSidecar(c: Container): boolean {
   return c.restartPolicy === 'Always';
 }
 
+/** The pod's ephemeral containers (added through the API's `pods/ephemeralcontainers`), as Containers. */
+export function ephemeralContainers(pod: Pod): (Container & { targetContainerName?: string })[] {
+  return (pod.spec?.ephemeralContainers ?? []) as (Container & { targetContainerName?: string })[];
+}
+
 /**
  * The kubelet's computePodActions. `started(id)`: whether a running container has started
  * (its startup probe passed; default: running is started), for native sidecars, the next
@@ -146,6 +158,9 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     for (const c of dead.slice(1)) actions.removeContainers.push(c.id);
   }
   const busySandboxes = new Set(observed.containers.filter((c) => c.state === 'running').map((c) => c.podSandboxId));
+  // An old sandbox that holds an ephemeral container's instance stays: removing it would
+  // remove that container, the only record that it ran, and it would start again.
+  for (const ec of pod.spec?.ephemeralContainers ?? []) for (const c of named(ec.name)) busySandboxes.add(c.podSandboxId);
   for (const s of observed.sandboxes) {
     if (s === sb || s.ready) continue;
     if (!busySandboxes.has(s.id)) actions.removeSandboxes.push(s.id);
@@ -170,8 +185,19 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     return actions;
   }
 
+  // Ephemeral containers, in the ready sandbox only (a sync that makes the sandbox starts
+  // none), before and whatever the init containers do: each starts once, when the runtime
+  // holds no container of its name in any sandbox, and is never restarted nor replaced.
+  const ephemerals = ephemeralContainers(pod);
+  for (const ec of ephemerals) {
+    if (named(ec.name).length > 0) continue;
+    const targetName = ec.targetContainerName;
+    const targetId = targetName ? named(targetName)[0]?.id : undefined;
+    actions.start.push({ name: ec.name, restartCount: 0, init: false, ephemeral: targetName ? { target: { name: targetName, ...(targetId ? { id: targetId } : {}) } } : {} });
+  }
+
   const inSandbox = (name: string) => named(name).find((c) => c.podSandboxId === sb.id);
-  const specNames = new Set([...inits, ...apps].map((c) => c.name));
+  const specNames = new Set([...inits, ...apps, ...ephemerals].map((c) => c.name));
   for (const c of observed.containers) {
     if (c.podSandboxId === sb.id && c.state === 'running' && !specNames.has(c.name)) {
       actions.kill.push({ id: c.id, name: c.name, reason: 'container is not in the pod spec' });
@@ -247,6 +273,13 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     for (const spec of [...inits].reverse()) {
       const cur = sidecars.has(spec.name) ? inSandbox(spec.name) : undefined;
       if (cur && (cur.state === 'running' || cur.state === 'created')) actions.kill.push({ id: cur.id, name: spec.name, reason: 'the pod\'s app containers have completed', event: `Stopping container ${spec.name}` });
+    }
+    // Ephemeral containers end with the pod's work too (the kubelet kills the whole pod then).
+    for (const ec of ephemerals) {
+      actions.start = actions.start.filter((s) => s.name !== ec.name);
+      for (const c of named(ec.name)) {
+        if (c.podSandboxId === sb.id && (c.state === 'running' || c.state === 'created')) actions.kill.push({ id: c.id, name: ec.name, reason: 'the pod\'s app containers have completed', event: `Stopping container ${ec.name}` });
+      }
     }
   }
   return actions;

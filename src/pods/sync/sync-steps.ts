@@ -14,7 +14,7 @@ import { podRef, type EventSink } from '../../events.js';
 import type { Logger } from '../../log.js';
 import { runLifecycleHandler } from './hooks.js';
 import type { ObservedPod } from './observed.js';
-import { isSidecar, podTitle, type PodActions, type StartContainer, type Waiting } from './plan.js';
+import { ephemeralContainers, isSidecar, podTitle, type PodActions, type StartContainer, type Waiting } from './plan.js';
 import type { PodRuntime } from '../cri/runtime-port.js';
 import { finishedInApi } from '../sources/sources.js';
 import { nextBackoff, type PodWorker } from './worker.js';
@@ -56,16 +56,19 @@ export function containerOf(pod: Pod, name: string): { name: string; init: boole
 class PodSpecs {
   readonly #apps = new Map<string, Container>();
   readonly #inits = new Map<string, Container>();
+  readonly #ephemerals = new Map<string, Container>();
   constructor(pod: Pod) {
     for (const c of pod.spec?.containers ?? []) if (!this.#apps.has(c.name)) this.#apps.set(c.name, c);
     for (const c of pod.spec?.initContainers ?? []) if (!this.#inits.has(c.name)) this.#inits.set(c.name, c);
+    for (const c of ephemeralContainers(pod)) if (!this.#ephemerals.has(c.name)) this.#ephemerals.set(c.name, c);
   }
   spec(name: string): Container | undefined {
-    return this.#apps.get(name) ?? this.#inits.get(name);
+    return this.#apps.get(name) ?? this.#inits.get(name) ?? this.#ephemerals.get(name);
   }
-  /** containerOf(pod, name). */
-  ref(name: string): { name: string; init: boolean } {
-    return { name, init: this.#inits.has(name) };
+  /** containerOf(pod, name), ephemeral containers marked (their events' fieldPath). */
+  ref(name: string): { name: string; init: boolean; ephemeral?: boolean } {
+    const init = this.#inits.has(name);
+    return !init && !this.#apps.has(name) && this.#ephemerals.has(name) ? { name, init, ephemeral: true } : { name, init };
   }
 }
 
@@ -233,7 +236,7 @@ export async function killContainers(ctx: StepContext, pod: Pod, kills: PodActio
  * with the waiting reason in `details.reason`.
  */
 async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartContainer, sandbox: SandboxInfo): Promise<void> {
-  const ref = podRef(pod, { name: s.name, init: s.init });
+  const ref = podRef(pod, { name: s.name, init: s.init, ...(s.ephemeral ? { ephemeral: true } : {}) });
   const pullStart = ctx.clock.now();
   const pulled = await ctx.runtime.ensureImage(pod, spec, ctx.pullGate);
   ctx.events.emit(
@@ -242,11 +245,15 @@ async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartCon
     'Pulled',
     pulled ? `Successfully pulled image "${spec.image}" in ${((ctx.clock.now() - pullStart) / 1000).toFixed(3)}s` : `Container image "${spec.image}" already present on machine`,
   );
-  const id = await ctx.runtime.startContainer({ pod, container: spec, sandboxId: sandbox.id!, sandboxAttempt: sandbox.attempt, restartCount: s.restartCount, init: s.init });
+  // After the image, as the kubelet's getTargetID: the target must have a container in the runtime.
+  const target = s.ephemeral?.target;
+  if (target && !target.id) throw new NodeletError('NOT_FOUND', `unable to find target container ${target.name}`, { reason: 'CreateContainerConfigError' });
+  const id = await ctx.runtime.startContainer({ pod, container: spec, sandboxId: sandbox.id!, sandboxAttempt: sandbox.attempt, restartCount: s.restartCount, init: s.init, ...(target?.id ? { targetContainerId: target.id } : {}) });
   ctx.log.info({ container: s.name, containerId: id, restartCount: s.restartCount }, 'container started');
   ctx.events.emit(ref, 'Normal', 'Created', `Created container: ${s.name}`);
   ctx.events.emit(ref, 'Normal', 'Started', `Started container ${s.name}`);
-  const postStart: LifecycleHandler | undefined = spec.lifecycle?.postStart;
+  // Ephemeral containers have no lifecycle hooks (the API refuses them; one that slips through is not run).
+  const postStart: LifecycleHandler | undefined = s.ephemeral ? undefined : spec.lifecycle?.postStart;
   if (!postStart) return;
   // A pod with its own network is reached at its sandbox's IP (the one just made, on a first start), never the node's.
   const host = (!pod.spec?.hostNetwork && sandbox.ips?.[0]) || ctx.hookHost;
@@ -284,7 +291,7 @@ export async function startContainers(ctx: StepContext, w: PodWorker, starts: St
       w.startBackoff.set(s.name, nextBackoff(prev, reason, message, now));
       waiting[s.name] = { reason, message };
       if (prev?.message !== message) ctx.log.warn({ container: s.name, reason }, `container ${s.name}: ${reason}: ${message}`);
-      ctx.events.emit(podRef(pod, { name: s.name, init: s.init }), 'Warning', 'Failed', `Error: ${reason}: ${message}`);
+      ctx.events.emit(podRef(pod, specs.ref(s.name)), 'Warning', 'Failed', `Error: ${reason}: ${message}`);
     }
     if (s.init) break;
   }

@@ -1,7 +1,9 @@
 /**
  * The pod's fsGroup on its emptyDir volumes, as the kubelet's SetVolumeOwnership: every
  * file and directory gets the group, group read/write (and execute and the setgid bit on
- * directories, so what the containers create there inherits the group).
+ * directories, so what the containers create there inherits the group). The read-only
+ * volumes nodelet writes (configMap, secret, downwardAPI, projected: api-data.ts) get group
+ * read only (the kubelet's roMask), on each new payload directory before it is swapped in.
  *
  * The kubelet sets an emptyDir's ownership when it sets the volume up (once per pod, not
  * per container start), with no fsGroupChangePolicy (it passes nil for emptyDir). nodelet
@@ -26,30 +28,34 @@ const MAX_DEPTH = 256;
 /** The kubelet's masks: rw for the group, x too on directories, plus setgid on directories. */
 const RW = 0o660;
 const DIR = 0o2000 | RW | 0o110;
+/** For read-only volumes (configMap, secret, downwardAPI, projected), the kubelet's roMask: read for the group, x on directories. */
+const RO = 0o440;
+const RO_DIR = 0o2000 | RO | 0o110;
 
 /** The kubelet's requiresPermissionChange: the root lacks the group, group rwx or setgid. */
-export async function needsOwnership(dir: string, fsGroup: number): Promise<boolean> {
+export async function needsOwnership(dir: string, fsGroup: number, readOnly = false): Promise<boolean> {
   const st = await fs.lstat(dir);
-  return !st.isDirectory() || st.gid !== fsGroup || (st.mode & 0o770) !== 0o770 || (st.mode & 0o2000) === 0;
+  const want = readOnly ? 0o550 : 0o770;
+  return !st.isDirectory() || st.gid !== fsGroup || (st.mode & want) !== want || (st.mode & 0o2000) === 0;
 }
 
 /**
  * Gives `dir` (an emptyDir's directory) and everything under it the group `fsGroup`, unless
  * its root has it already. Errors name the volume.
  */
-export async function setVolumeOwnership(dir: string, fsGroup: number, volume: string): Promise<void> {
+export async function setVolumeOwnership(dir: string, fsGroup: number, volume: string, readOnly = false): Promise<void> {
   if (!Number.isInteger(fsGroup) || fsGroup < 0 || fsGroup > 0xffffffff) throw new NodeletError('INVALID_ARGUMENT', `volume "${volume}": fsGroup ${fsGroup} is not a group ID`, { reason: 'CreateContainerConfigError' });
   try {
-    if (!(await needsOwnership(dir, fsGroup))) return;
+    if (!(await needsOwnership(dir, fsGroup, readOnly))) return;
     const root = await fs.lstat(dir);
-    await own(dir, fsGroup, root.dev, 0);
+    await own(dir, fsGroup, root.dev, 0, readOnly ? { file: RO, dir: RO_DIR } : { file: RW, dir: DIR });
   } catch (err) {
     if (err instanceof NodeletError) throw err;
     throw new NodeletError('INTERNAL', `volume "${volume}": cannot set the ownership of fsGroup ${fsGroup}: ${(err as Error).message}`, { reason: 'CreateContainerConfigError' }, { cause: err });
   }
 }
 
-async function own(p: string, gid: number, dev: number, depth: number): Promise<void> {
+async function own(p: string, gid: number, dev: number, depth: number, masks: { file: number; dir: number }): Promise<void> {
   let h: fs.FileHandle;
   try {
     h = await fs.open(p, O_PATH | fsc.O_NOFOLLOW);
@@ -64,10 +70,10 @@ async function own(p: string, gid: number, dev: number, depth: number): Promise<
     if (st.isSymbolicLink() || st.dev !== dev) return;
     const self = `/proc/self/fd/${h.fd}`;
     await fs.chown(self, -1, gid);
-    await fs.chmod(self, (st.mode & 0o7777) | (st.isDirectory() ? DIR : RW));
+    await fs.chmod(self, (st.mode & 0o7777) | (st.isDirectory() ? masks.dir : masks.file));
     if (!st.isDirectory()) return;
     if (depth >= MAX_DEPTH) throw new NodeletError('INVALID_ARGUMENT', `directories nested deeper than ${MAX_DEPTH} levels`);
-    for (const name of await fs.readdir(self)) await own(`${self}/${name}`, gid, dev, depth + 1);
+    for (const name of await fs.readdir(self)) await own(`${self}/${name}`, gid, dev, depth + 1, masks);
   } finally {
     await h.close();
   }

@@ -10,11 +10,10 @@
  * A subPath is resolved inside its volume without following links and bind-mounted from
  * the resolved descriptor (subpath.ts), at every container creation.
  *
- * `downwardAPI` and projected volumes are written by volumes/api-data.ts. Volumes that
- * need the control plane or a plugin (configMap, secret, a projected volume's configMap,
- * secret or token source, persistentVolumeClaim, csi, ...) and `emptyDir.medium: Memory` are refused with
- * CreateContainerConfigError naming the volume: the container does not start without a
- * volume it asked for, and the reason says why.
+ * `configMap`, `secret`, `downwardAPI` and `projected` volumes are written by
+ * volumes/api-data.ts (kept up to date by api-volumes.ts). Volumes that need a plugin
+ * (persistentVolumeClaim, csi, ...) are refused with CreateContainerConfigError naming the
+ * volume: the container does not start without a volume it asked for, and the reason says why.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -26,7 +25,8 @@ import { isDnsLabel, isDnsSubdomain, isPodUid } from '../sources/pod-validation.
 import { bindSubPath, hostMounter, removeTree, subPathTarget, unmountUnder, type Mounter } from './subpath.js';
 import { ifExists, readdirOrEmpty } from '../../system/fs-util.js';
 import { parseQuantity } from '../../config/quantity.js';
-import { isApiDataVolume, setUpApiDataVolume } from './api-data.js';
+import { isApiDataVolume } from './api-data.js';
+import { ApiVolumes } from './api-volumes.js';
 import { needsOwnership, setVolumeOwnership } from './volume-ownership.js';
 
 const REASON = { reason: 'CreateContainerConfigError' } as const;
@@ -100,7 +100,7 @@ async function mountMemoryVolume(pod: Pod, v: Volume, dir: string, quantity: (q:
   await mounter.tmpfs(dir, sizes.length ? Math.ceil(Math.min(...sizes)) : undefined);
 }
 
-async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q: string | number) => number, mounter: Mounter): Promise<string> {
+async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q: string | number) => number, mounter: Mounter, apiVolumes: ApiVolumes | undefined): Promise<string> {
   if (!isDnsLabel(v.name)) throw new NodeletError('INVALID_ARGUMENT', `volume ${JSON.stringify(v.name)}: not a valid volume name (a DNS-1123 label)`, REASON);
   if (v.hostPath) {
     await hostPathReady(v.name, v.hostPath.path, v.hostPath.type);
@@ -118,9 +118,10 @@ async function volumeHostPath(pod: Pod, v: Volume, rootDir: string, quantity: (q
     if (fsGroup !== undefined) await setVolumeOwnership(dir, fsGroup, v.name);
     return dir;
   }
-  if (isApiDataVolume(v)) return setUpApiDataVolume(rootDir, pod, v, quantity);
+  // Without the pods' ApiVolumes (a caller of its own): one without the control plane.
+  if (isApiDataVolume(v)) return (apiVolumes ?? new ApiVolumes({ rootDir, quantity, mounter })).setUp(pod, v);
   const kind = Object.keys(v).find((k) => k !== 'name') ?? 'none';
-  throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": type ${kind} is not supported by nodelet (hostPath, emptyDir, downwardAPI and projected downwardAPI are)`, REASON);
+  throw new NodeletError('UNIMPLEMENTED', `volume "${v.name}": type ${kind} is not supported by nodelet (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)`, REASON);
 }
 
 export interface ContainerMountsOptions {
@@ -130,6 +131,8 @@ export interface ContainerMountsOptions {
   quantity?: (q: string | number) => number;
   /** Default: the host's (util-linux mount, /proc/self/mountinfo). */
   mounter?: Mounter;
+  /** The pods' configMap, secret, downwardAPI and projected volumes (the runtime's); default: one without the control plane. */
+  apiVolumes?: ApiVolumes;
 }
 
 /** Linux's PATH_MAX: a longer subPath could never be opened, so its expansion stops there. */
@@ -160,7 +163,7 @@ export async function containerMounts(pod: Pod, container: Container, rootDir: s
     const v = volumes.get(vm.name);
     if (!v) throw refuse(`the pod has no volume named ${JSON.stringify(vm.name)}`);
     if (typeof vm.mountPath !== 'string' || !path.isAbsolute(vm.mountPath)) throw refuse(`mountPath ${JSON.stringify(vm.mountPath)} must be an absolute path`);
-    let host = await volumeHostPath(pod, v, rootDir, o.quantity ?? ((q) => parseQuantity(String(q)).value), o.mounter ?? hostMounter);
+    let host = await volumeHostPath(pod, v, rootDir, o.quantity ?? ((q) => parseQuantity(String(q)).value), o.mounter ?? hostMounter, o.apiVolumes);
     if (vm.subPath && vm.subPathExpr) throw refuse('subPath and subPathExpr are mutually exclusive');
     // As the kubelet: subPathExpr is expanded from the container's environment; an empty result is the whole volume.
     const sub = vm.subPath || (vm.subPathExpr ? expandSubPath(vm.subPathExpr, o.env, refuse) : '');

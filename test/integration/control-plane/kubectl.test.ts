@@ -51,7 +51,7 @@ describe.runIf(fs.existsSync(KUBECTL))('kubectl against the control plane', () =
   });
 
   it('apply --server-side twice with different managers shows the conflict', async () => {
-    // `kubectl create namespace` sends a protobuf body, which this server does not serve (415); a manifest goes as JSON.
+    // A manifest goes as JSON (`kubectl create namespace` sends protobuf: kubectl-protobuf.test.ts).
     expect((await kubectl(['create', '-f', '-'], 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kt\n')).code).toBe(0);
     const first = await kubectl(['apply', '--server-side', '--field-manager', 'alice', '-f', '-'], manifest('nginx:1'));
     expect(first.stderr).toBe('');

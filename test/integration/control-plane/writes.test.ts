@@ -89,7 +89,7 @@ describe('patch types', () => {
     const r = await request(cp, 'PATCH', '/api/v1/nodes/pn/status', { contentType: 'application/strategic-merge-patch+json', body: { status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady' }], addresses: [{ type: 'InternalIP', address: '10.0.0.2' }] } } });
     expect(r.json.status.conditions).toEqual([{ type: 'Ready', status: 'True', reason: 'KubeletReady' }, { type: 'DiskPressure', status: 'False' }]);
     expect(r.json.status.addresses).toEqual([{ type: 'InternalIP', address: '10.0.0.2' }, { type: 'Hostname', address: 'pn' }]);
-    await request(cp, 'POST', `/api/v1/namespaces/${ns}/pods`, { body: { ...pod('smp'), spec: { containers: [{ name: 'a', image: 'i1' }, { name: 'b', image: 'i2' }] } } });
+    await request(cp, 'POST', `/api/v1/namespaces/${ns}/pods`, { body: { ...pod('smp'), spec: { automountServiceAccountToken: false, containers: [{ name: 'a', image: 'i1' }, { name: 'b', image: 'i2' }] } } });
     const p = await request(cp, 'PATCH', `/api/v1/namespaces/${ns}/pods/smp`, { contentType: 'application/strategic-merge-patch+json', body: { spec: { containers: [{ name: 'b', image: 'i3' }] } } });
     expect(p.json.spec.containers).toEqual([{ name: 'a', image: 'i1' }, { name: 'b', image: 'i3' }]);
   });

@@ -27,7 +27,9 @@ let nsCount = 0;
 beforeAll(async () => {
   cp = await startControlPlane({ bookmarkIntervalMs: 50 });
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-cp-client-'));
-  cp.writeKubeconfig(path.join(dir, 'cert.kubeconfig'), { user: 'system:node:n1', groups: ['system:nodes'] });
+  // An administrator's certificate: this file tests the client on every verb and resource, which
+  // the Node authorizer would refuse a node (issue 27; node-authorizer.test.ts covers a node's rights).
+  cp.writeKubeconfig(path.join(dir, 'cert.kubeconfig'), { user: 'admin', groups: ['system:masters'] });
   client = new ControlPlaneClient({ access: loadKubeconfig(path.join(dir, 'cert.kubeconfig')), timeoutMs: 10_000 });
 });
 

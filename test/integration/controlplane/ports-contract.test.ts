@@ -119,20 +119,27 @@ for (const backend of backends) {
     });
 
     describe('mirror pods', () => {
+      // The node's own Node (the Node authorizer lets a node read no other): n1.
+      let nodeUid = '';
       it('nodeUid: undefined for a Node not registered yet, its UID once it is', async () => {
-        const name = fresh('node');
-        expect(await w.ports.mirrorPods.nodeUid(name)).toBeUndefined();
-        const uid = await w.addNode(name);
-        expect(await w.ports.mirrorPods.nodeUid(name)).toBe(uid);
+        expect(await w.ports.mirrorPods.nodeUid('n1')).toBeUndefined();
+        nodeUid = await w.addNode('n1');
+        expect(await w.ports.mirrorPods.nodeUid('n1')).toBe(nodeUid);
       });
 
       it('createPod creates the pod as given, with a UID of the API\'s; a taken name is ALREADY_EXISTS', async () => {
         const name = fresh('mirror');
-        await w.ports.mirrorPods.createPod(podIn(ns, name, { 'kubernetes.io/config.mirror': 'h1' }));
+        // A mirror pod as nodelet makes one: owned by its Node (NodeRestriction requires it).
+        const mirror = (): Pod => {
+          const p = podIn(ns, name, { 'kubernetes.io/config.mirror': 'h1' });
+          p.metadata!.ownerReferences = [{ apiVersion: 'v1', kind: 'Node', name: 'n1', uid: nodeUid, controller: true }];
+          return p;
+        };
+        await w.ports.mirrorPods.createPod(mirror());
         const got = await w.getPod(ns, name);
         expect(got?.metadata).toMatchObject({ name, namespace: ns, labels: { app: 'web' }, annotations: { 'kubernetes.io/config.mirror': 'h1' }, uid: expect.any(String) });
         expect(got?.spec?.containers.map((c) => c.name)).toEqual(['app']);
-        expect((await rejection(w.ports.mirrorPods.createPod(podIn(ns, name)))).code).toBe('ALREADY_EXISTS');
+        expect((await rejection(w.ports.mirrorPods.createPod(mirror()))).code).toBe('ALREADY_EXISTS');
       });
 
       it('deletePod with the pod\'s UID removes it at once; another UID is CONFLICT and the pod stays; a missing pod is NOT_FOUND', async () => {

@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { LABEL_NODELET_NODE } from '../../../src/pods/cri/labels.js';
+import { readCgroupLayout } from '../../../src/pods/cgroups/pod-cgroups.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
 import { ensureContainerd } from '../../helpers/containerd.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
@@ -71,6 +72,9 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
     // Anonymous + AlwaysAllow on loopback: the tests read /containerLogs without credentials.
     authentication: '{webhook: {enabled: false}, anonymous: {enabled: true}}',
     authorization: '{mode: AlwaysAllow}',
+    // A cgroupRoot of each node's own (removed at close): no test touches a real /kubepods, and
+    // nodes side by side never see each other's pod cgroups.
+    cgroupRoot: `/${path.basename(dir)}`,
     ...o.config,
   });
   const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', name, '--container-log-dir', containerLogDir, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
@@ -120,10 +124,28 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
       node.nodelet.kill('SIGTERM');
       await node.nodelet.exited;
       cri.close();
+      if (o.config?.cgroupRoot === undefined) await removeCgroupTree(`/${path.basename(dir)}`);
     },
   };
   await node.nodelet.waitForMsg(/nodelet is ready/, 30_000);
   return node;
+}
+
+/** Removes a cgroup tree (deepest first) from every cgroup hierarchy; a busy or missing cgroup is left. */
+export async function removeCgroupTree(rel: string): Promise<void> {
+  const layout = await readCgroupLayout().catch(() => undefined);
+  for (const mount of layout?.mounts ?? []) {
+    const walk = (dir: string): void => {
+      if (!fs.existsSync(dir)) return;
+      for (const e of fs.readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) walk(path.join(dir, e.name));
+      try {
+        fs.rmdirSync(dir);
+      } catch {
+        // busy: a pod still runs there
+      }
+    };
+    walk(path.join(mount, rel));
+  }
 }
 
 /** Sandboxes in the runtime carrying the kubelet's pod UID label. */

@@ -41,7 +41,6 @@ describe('containerEnv', () => {
         { name: 'CPU_LIMIT', valueFrom: { resourceFieldRef: { resource: 'limits.cpu' } } },
         { name: 'CPU_REQ_M', valueFrom: { resourceFieldRef: { resource: 'requests.cpu', divisor: '1m' } } },
         { name: 'MEM_MI', valueFrom: { resourceFieldRef: { resource: 'limits.memory', divisor: '1Mi' } } },
-        { name: 'OPT', valueFrom: { configMapKeyRef: { name: 'cfg', key: 'k', optional: true } } },
       ],
     };
     const r = containerEnv(pod, c, ctx);
@@ -65,7 +64,7 @@ describe('containerEnv', () => {
     expect(r.args).toEqual(['hello from n1', '$(GREETING)', '$(UNSET)']);
   });
 
-  it('refuses what needs the control plane or is unknown, naming the variable', () => {
+  it('refuses, on a standalone node, every API reference (optional too, as the kubelet without a client), and what is unknown, naming the variable', () => {
     const refuse = (c: Partial<Container>) => {
       try {
         containerEnv(pod, { name: 'app', image: 'busybox', ...c }, ctx);
@@ -75,10 +74,20 @@ describe('containerEnv', () => {
       }
     };
     expect(refuse({ env: [{ name: 'PW', valueFrom: { secretKeyRef: { name: 'db', key: 'pw' } } }] })).toBe(
-      'CreateContainerConfigError: env PW: secretKeyRef "db" needs the control plane\'s configMaps or secrets, which nodelet does not read',
+      "CreateContainerConfigError: env PW: couldn't get secret shop/db, no kubeClient defined (a standalone node reads no API objects)",
     );
-    expect(refuse({ envFrom: [{ configMapRef: { name: 'cfg' } }] })).toBe('CreateContainerConfigError: envFrom configMapRef "cfg": nodelet does not read configMaps or secrets from the control plane');
-    expect(refuse({ envFrom: [{ secretRef: { name: 's', optional: true } }] })).toBe('no error');
+    expect(refuse({ env: [{ name: 'C', valueFrom: { configMapKeyRef: { name: 'cfg', key: 'k', optional: true } } }] })).toBe(
+      "CreateContainerConfigError: env C: couldn't get configMap shop/cfg, no kubeClient defined (a standalone node reads no API objects)",
+    );
+    expect(refuse({ envFrom: [{ configMapRef: { name: 'cfg' } }] })).toBe(
+      'CreateContainerConfigError: envFrom configMapRef "cfg": couldn\'t get configMap shop/cfg, no kubeClient defined (a standalone node reads no API objects)',
+    );
+    expect(refuse({ envFrom: [{ secretRef: { name: 's', optional: true } }] })).toBe(
+      'CreateContainerConfigError: envFrom secretRef "s": couldn\'t get secret shop/s, no kubeClient defined (a standalone node reads no API objects)',
+    );
+    expect(refuse({ env: [{ name: 'F', valueFrom: { fileKeyRef: { volumeName: 'v', path: 'p', key: 'k' } } as never }] })).toBe(
+      'CreateContainerConfigError: env F: valueFrom has no source nodelet supports (fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef)',
+    );
     expect(refuse({ env: [{ name: 'X', valueFrom: { fieldRef: { fieldPath: 'spec.priority' } } }] })).toBe('CreateContainerConfigError: env X: fieldRef.fieldPath "spec.priority" is not supported');
     expect(refuse({ env: [{ name: 'X', valueFrom: { resourceFieldRef: { resource: 'cpu' } } }] })).toBe('CreateContainerConfigError: env X: resourceFieldRef.resource "cpu" is not supported');
   });

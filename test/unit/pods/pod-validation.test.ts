@@ -113,7 +113,18 @@ describe('validatePodManifest', () => {
     ['restartPolicy Sometimes', (d) => (d.spec.restartPolicy = 'Sometimes'), 'spec.restartPolicy: must be Always, OnFailure or Never, got "Sometimes"'],
     // Env.
     ['an env name with =', (d) => (c0(d).env[1].name = 'A=B'), 'spec.containers[0].env[1].name: "A=B" is not a valid environment variable name'],
-    ['an env name starting with a digit', (d) => (c0(d).env[1].name = '1A'), 'spec.containers[0].env[1].name: "1A" is not a valid environment variable name'],
+    // RelaxedEnvironmentVariableValidation (GA in 1.35): printable ASCII but "=", so "1A" or "a:b" are names.
+    ['an env name with a tab', (d) => (c0(d).env[1].name = 'A\tB'), 'spec.containers[0].env[1].name: "A\\tB" is not a valid environment variable name (printable ASCII characters other than "=")'],
+    ['an env name that is not ASCII', (d) => (c0(d).env[1].name = 'CAFÉ'), 'spec.containers[0].env[1].name: "CAFÉ" is not a valid environment variable name'],
+    ['an envFrom prefix with =', (d) => (c0(d).envFrom = [{ prefix: 'A=', configMapRef: { name: 'c' } }]), 'spec.containers[0].envFrom[0].prefix: "A=" is not a valid environment variable name'],
+    ['an envFrom with both sources', (d) => (c0(d).envFrom = [{ configMapRef: { name: 'c' }, secretRef: { name: 's' } }]), 'spec.containers[0].envFrom[0]: must specify exactly one of configMapRef and secretRef'],
+    // Static pods may not refer to API objects (the kubelet's PreventStaticPodAPIReferences).
+    ['a configMapKeyRef', (d) => (c0(d).env[0].valueFrom = { configMapKeyRef: { name: 'cfg', key: 'k', optional: true } }), 'spec.containers[0].env[0].valueFrom.configMapKeyRef: a static pod cannot refer to API objects (ConfigMap "cfg")'],
+    ['a secretKeyRef', (d) => (c0(d).env[0].valueFrom = { secretKeyRef: { name: 'db', key: 'pw' } }), 'spec.containers[0].env[0].valueFrom.secretKeyRef: a static pod cannot refer to API objects (Secret "db")'],
+    ['an envFrom configMapRef', (d) => (c0(d).envFrom = [{ configMapRef: { name: 'cfg' } }]), 'spec.containers[0].envFrom[0].configMapRef: a static pod cannot refer to API objects (ConfigMap "cfg")'],
+    ['an envFrom secretRef', (d) => (c0(d).envFrom = [{ prefix: 'DB_', secretRef: { name: 'db', optional: true } }]), 'spec.containers[0].envFrom[0].secretRef: a static pod cannot refer to API objects (Secret "db")'],
+    ['a serviceAccountName', (d) => (d.spec.serviceAccountName = 'default'), 'spec.serviceAccountName: a static pod cannot refer to API objects (ServiceAccount "default")'],
+    ['a deprecated serviceAccount', (d) => (d.spec.serviceAccount = 'web'), 'spec.serviceAccount: a static pod cannot refer to API objects (ServiceAccount "web")'],
     ['an env without a name', (d) => delete c0(d).env[1].name, 'spec.containers[0].env[1].name: required'],
     ['an env value that is a number', (d) => (c0(d).env[1].value = 3), 'spec.containers[0].env[1].value: must be a string, got 3'],
     ['value and valueFrom', (d) => (c0(d).env[0].value = 'x'), 'spec.containers[0].env[0].valueFrom: may not be specified when value is not empty'],
@@ -130,6 +141,11 @@ describe('validatePodManifest', () => {
   ])('%s', (_n, change, problem) => {
     const problems = validatePodManifest(mutate(change));
     expect(problems.some((p) => p.startsWith(problem)), `${JSON.stringify(problems)} has no problem starting with ${JSON.stringify(problem)}`).toBe(true);
+  });
+
+  it('takes the relaxed env names of 1.35 (printable ASCII but "="), as the API server does', () => {
+    expect(validatePodManifest(mutate((d) => (c0(d).env[1].name = '1A:b.c')))).toEqual([]);
+    expect(validatePodManifest(mutate((d) => (c0(d).env[1].name = 'Logging:LogLevel:Default')))).toEqual([]);
   });
 
   it('reports every problem at once, each with its field path', () => {

@@ -62,9 +62,10 @@ describe('podFromManifest', () => {
   });
 
   it('reads manifests as YAML 1.1, as Kubernetes does: an octal mode 0644 is 420', () => {
-    const text = `${yaml('vol')}  volumes:\n  - name: cfg\n    configMap: {name: c, defaultMode: 0644}\n`;
+    // (a downwardAPI volume: a static pod cannot show a configMap)
+    const text = `${yaml('vol')}  volumes:\n  - name: info\n    downwardAPI: {defaultMode: 0644, items: []}\n`;
     const p = podFromManifest(text, '/m/vol.yaml', 'n');
-    expect(p.spec!.volumes![0]!.configMap!.defaultMode).toBe(420);
+    expect(p.spec!.volumes![0]!.downwardAPI!.defaultMode).toBe(420);
   });
 
   it.each([

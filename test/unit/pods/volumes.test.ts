@@ -176,7 +176,9 @@ describe('containerMounts', () => {
   it('refuses, naming the volume: a mount of no volume, volume types it cannot set up, HugePages emptyDir, an escaping subPath', async () => {
     const refuse = async (volumes: Volume[], mounts: Container['volumeMounts']) => (await rejection(containerMounts(pod(volumes), ctr(mounts), root))).message;
     expect(await refuse([], [{ name: 'x', mountPath: '/x' }])).toBe('volumeMount "x" of container app: the pod has no volume named "x"');
-    expect(await refuse([{ name: 'cfg', configMap: { name: 'app-config' } }], [{ name: 'cfg', mountPath: '/cfg' }])).toBe('volume "cfg": type configMap is not supported by nodelet (hostPath, emptyDir, downwardAPI and projected downwardAPI are)');
+    // Without the control plane (this caller gives no API objects), a configMap volume is refused naming it.
+    expect(await refuse([{ name: 'cfg', configMap: { name: 'app-config' } }], [{ name: 'cfg', mountPath: '/cfg' }])).toBe('volume "cfg": configMap "app-config" is an API object, which a pod without the control plane (a static pod, a standalone node) cannot refer to (volume "cfg")');
+    expect(await refuse([{ name: 'data', persistentVolumeClaim: { claimName: 'pvc' } }], [{ name: 'data', mountPath: '/data' }])).toBe('volume "data": type persistentVolumeClaim is not supported by nodelet (hostPath, emptyDir, configMap, secret, downwardAPI and projected are)');
     expect(await refuse([{ name: 'm', emptyDir: { medium: 'HugePages-2Mi' } }], [{ name: 'm', mountPath: '/m' }])).toBe('volume "m": emptyDir medium "HugePages-2Mi" is not supported by nodelet (the node\'s disk, or Memory)');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: '/e', subPath: '../../etc' }])).toBe('volumeMount "e" of container app: subPath "../../etc" must not contain a ".." element');
     expect(await refuse([{ name: 'e', emptyDir: {} }], [{ name: 'e', mountPath: 'e' }])).toBe('volumeMount "e" of container app: mountPath "e" must be an absolute path');

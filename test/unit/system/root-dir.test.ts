@@ -10,6 +10,9 @@ import {
   ensureDeviceCheckpoint,
   ensureRootDirLayout,
   ImagePullRecords,
+  mergePulledRecord,
+  type ImagePullCredentials,
+  type ImagePulledRecord,
   imageRepository,
   recordFileName,
   ROOT_DIR_LAYOUT,
@@ -183,16 +186,101 @@ describe('image pull records (the pull manager\'s files)', () => {
     });
   });
 
-  it('at start, an interrupted pull is reported and a corrupt record removed', async () => {
+  it('at start, an interrupted pull is reported and kept (the image counts as pulled, credentials unknown), a corrupt record removed', async () => {
     await ensureRootDirLayout(dir);
     const { log, msgs } = warnings();
-    const records = new ImagePullRecords(dir, log);
-    await records.pulling('example.com/app:1');
+    await new ImagePullRecords(dir, log).pulling('example.com/app:1');
     const corrupt = path.join(dir, 'image_manager/pulled/sha256-00');
     fs.writeFileSync(corrupt, '{"kind":');
+    // A new process (a restart): its counters are empty, the files are what is left.
+    const records = new ImagePullRecords(dir, log);
     expect(await records.recover()).toEqual(['example.com/app:1']);
-    expect(fs.readdirSync(path.join(dir, 'image_manager/pulling'))).toEqual([]);
+    expect(fs.readdirSync(path.join(dir, 'image_manager/pulling'))).toEqual([recordFileName('example.com/app:1')]);
+    expect(await records.intentExists('example.com/app:1')).toBe(true);
     expect(fs.existsSync(corrupt)).toBe(false);
     expect(msgs).toEqual(expect.arrayContaining([expect.stringMatching(/pull of image example.com\/app:1 was interrupted/), expect.stringMatching(/sha256-00 is corrupt/)]));
+  });
+});
+
+describe('image pull records: credentials (KubeletEnsureSecretPulledImages)', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-pullrec-'));
+    await ensureRootDirLayout(dir);
+  });
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  const base: ImagePulledRecord = { kind: 'ImagePulledRecord', apiVersion: 'kubelet.config.k8s.io/v1alpha1', lastUpdatedTime: 'T0', imageRef: 'sha256:aa' };
+  const sec = (name: string, hash: string, uid = `uid-${name}`) => ({ uid, namespace: 'team', name, credentialHash: hash });
+  const repo = 'registry.example:5000/team/app';
+
+  it.each<[string, ImagePulledRecord, ImagePullCredentials | undefined, ImagePulledRecord | 'same']>([
+    ['no credentials: unchanged', base, undefined, 'same'],
+    ['empty credentials: unchanged', base, {}, 'same'],
+    ['first secret of a repository', base, { kubernetesSecrets: [sec('b', 'h1')] }, { ...base, lastUpdatedTime: 'T1', credentialMapping: { [repo]: { kubernetesSecrets: [sec('b', 'h1')] } } }],
+    [
+      'a second secret is added, sorted by namespace/name/uid',
+      { ...base, credentialMapping: { [repo]: { kubernetesSecrets: [sec('b', 'h1')] } } },
+      { kubernetesSecrets: [sec('a', 'h2')] },
+      { ...base, lastUpdatedTime: 'T1', credentialMapping: { [repo]: { kubernetesSecrets: [sec('a', 'h2'), sec('b', 'h1')] } } },
+    ],
+    ['the same secret and hash: unchanged', { ...base, credentialMapping: { [repo]: { kubernetesSecrets: [sec('b', 'h1')] } } }, { kubernetesSecrets: [sec('b', 'h1')] }, 'same'],
+    [
+      'the same secret with a new hash replaces it',
+      { ...base, credentialMapping: { [repo]: { kubernetesSecrets: [sec('b', 'h1')] } } },
+      { kubernetesSecrets: [sec('b', 'h9')] },
+      { ...base, lastUpdatedTime: 'T1', credentialMapping: { [repo]: { kubernetesSecrets: [sec('b', 'h9')] } } },
+    ],
+    [
+      'node-wide access absorbs the secrets',
+      { ...base, credentialMapping: { [repo]: { kubernetesSecrets: [sec('b', 'h1')] } } },
+      { nodePodsAccessible: true },
+      { ...base, lastUpdatedTime: 'T1', credentialMapping: { [repo]: { nodePodsAccessible: true } } },
+    ],
+    ['node-wide access already: a secret adds nothing', { ...base, credentialMapping: { [repo]: { nodePodsAccessible: true } } }, { kubernetesSecrets: [sec('b', 'h1')] }, 'same'],
+    [
+      'another repository of the same image ref gets its own mapping',
+      { ...base, credentialMapping: { 'docker.io/library/app': { nodePodsAccessible: true } } },
+      { kubernetesSecrets: [sec('b', 'h1')] },
+      { ...base, lastUpdatedTime: 'T1', credentialMapping: { 'docker.io/library/app': { nodePodsAccessible: true }, [repo]: { kubernetesSecrets: [sec('b', 'h1')] } } },
+    ],
+  ])('mergePulledRecord: %s', (_n, record, creds, want) => {
+    const got = mergePulledRecord(record, repo, creds, 'T1');
+    if (want === 'same') expect(got).toBe(record);
+    else expect(got).toEqual(want);
+  });
+
+  it('pulls by two pods with different secrets merge into one record; the secret itself is never written', async () => {
+    const records = new ImagePullRecords(dir, silentLogger(), () => new Date('2026-01-02T03:04:05Z'));
+    await Promise.all([
+      records.pulling('registry.example:5000/team/app:v1').then(() => records.pulled('registry.example:5000/team/app:v1', 'sha256:aa', { kubernetesSecrets: [sec('b', 'h1')] }, repo)),
+      records.pulling('registry.example:5000/team/app:v1').then(() => records.pulled('registry.example:5000/team/app:v1', 'sha256:aa', { kubernetesSecrets: [sec('a', 'h2')] }, repo)),
+    ]);
+    expect(await records.pulledRecord('sha256:aa')).toEqual({
+      kind: 'ImagePulledRecord',
+      apiVersion: 'kubelet.config.k8s.io/v1alpha1',
+      lastUpdatedTime: '2026-01-02T03:04:05Z',
+      imageRef: 'sha256:aa',
+      credentialMapping: { [repo]: { kubernetesSecrets: [sec('a', 'h2'), sec('b', 'h1')] } },
+    });
+    // Both pulls ended: the intent is gone.
+    expect(await records.intentExists('registry.example:5000/team/app:v1')).toBe(false);
+  });
+
+  it('an intent stays while another pull of the image is in flight', async () => {
+    const records = new ImagePullRecords(dir, silentLogger());
+    await records.pulling('x.example/app:1');
+    await records.pulling('x.example/app:1');
+    await records.failed('x.example/app:1');
+    expect(await records.intentExists('x.example/app:1')).toBe(true);
+    await records.failed('x.example/app:1');
+    expect(await records.intentExists('x.example/app:1')).toBe(false);
+  });
+
+  it('a pulled record that is not one (hand-edited, foreign) is refused when read', async () => {
+    const records = new ImagePullRecords(dir, silentLogger());
+    expect(await records.pulledRecord('sha256:none')).toBeUndefined();
+    fs.writeFileSync(path.join(dir, 'image_manager/pulled', recordFileName('sha256:bad')), JSON.stringify({ kind: 'ImagePulledRecord', imageRef: 'sha256:bad', credentialMapping: { r: { kubernetesSecrets: 'all' } } }));
+    await expect(records.pulledRecord('sha256:bad')).rejects.toThrow(/is corrupt/);
   });
 });

@@ -9,6 +9,7 @@ import { apiDataPayload, refreshApiDataVolumes, setUpApiDataVolume } from '../..
 import { formatMap, goQuote } from '../../../../src/pods/volumes/downward-api.js';
 
 const quantity = (q: string | number) => parseQuantity(String(q)).value;
+const ctx = { quantity };
 const dirs: string[] = [];
 const tmp = () => {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-atomic-'));
@@ -73,7 +74,7 @@ describe('downwardAPI and projected volumes', () => {
     expect(formatMap({ tier: 'front', app: 'web' })).toBe('app="web"\ntier="front"\n');
   });
 
-  it('a downwardAPI volume holds the fields and resources its items name, with their modes', () => {
+  it('a downwardAPI volume holds the fields and resources its items name, with their modes', async () => {
     const v: Volume = {
       name: 'podinfo',
       downwardAPI: {
@@ -88,7 +89,7 @@ describe('downwardAPI and projected volumes', () => {
         ],
       },
     };
-    const out = Object.fromEntries([...apiDataPayload(pod, v, quantity)].map(([p, f]) => [p, [f.data.toString(), f.mode.toString(8)]]));
+    const out = Object.fromEntries([...(await apiDataPayload(pod, v, ctx)).files].map(([p, f]) => [p, [f.data.toString(), f.mode.toString(8)]]));
     expect(out).toEqual({
       labels: ['app="web"\ntier="front"\n', '440'],
       'meta/name': ['web', '400'],
@@ -99,22 +100,22 @@ describe('downwardAPI and projected volumes', () => {
     });
   });
 
-  it('refuses what it cannot write, naming the volume, the item or source and why', () => {
-    const msg = (v: Volume) => {
+  it('refuses what it cannot write, naming the volume, the item or source and why', async () => {
+    const msg = async (v: Volume) => {
       try {
-        apiDataPayload(pod, v, quantity);
+        await apiDataPayload(pod, v, ctx);
         return 'no error';
       } catch (err) {
         return `${(err as { details: { reason: string } }).details.reason}: ${(err as Error).message}`;
       }
     };
-    expect(msg({ name: 'd', downwardAPI: { items: [{ path: 'ip', fieldRef: { fieldPath: 'status.podIP' } }] } })).toBe(
+    expect(await msg({ name: 'd', downwardAPI: { items: [{ path: 'ip', fieldRef: { fieldPath: 'status.podIP' } }] } })).toBe(
       'CreateContainerConfigError: volume "d" items[0] ("ip"): fieldRef.fieldPath "status.podIP" is not supported in a downwardAPI volume (metadata.name, namespace, uid, labels, annotations)',
     );
-    expect(msg({ name: 'd', downwardAPI: { items: [{ path: 'c', resourceFieldRef: { containerName: 'nope', resource: 'limits.cpu' } }] } })).toBe(
+    expect(await msg({ name: 'd', downwardAPI: { items: [{ path: 'c', resourceFieldRef: { containerName: 'nope', resource: 'limits.cpu' } }] } })).toBe(
       'CreateContainerConfigError: volume "d" items[0] ("c"): resourceFieldRef.containerName "nope" names no container of the pod',
     );
-    // The ServiceAccount admission plugin's volume: the token and the CA need the control plane.
+    // The ServiceAccount admission plugin's volume: without the control plane (a standalone node), the token and the CA are refused.
     const kubeApiAccess: Volume = {
       name: 'kube-api-access-x7k2p',
       projected: {
@@ -122,23 +123,26 @@ describe('downwardAPI and projected volumes', () => {
         sources: [{ serviceAccountToken: { expirationSeconds: 3607, path: 'token' } }, { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } }, { downwardAPI: { items: [{ path: 'namespace', fieldRef: { fieldPath: 'metadata.namespace' } }] } }],
       },
     };
-    expect(msg(kubeApiAccess)).toBe("CreateContainerConfigError: volume \"kube-api-access-x7k2p\" sources[0]: serviceAccountToken needs the control plane's objects, which nodelet does not read yet");
+    expect(await msg(kubeApiAccess)).toBe(
+      "CreateContainerConfigError: volume \"kube-api-access-x7k2p\" sources[0]: serviceAccountToken (a ServiceAccount's token) is an API object, which a pod without the control plane (a static pod, a standalone node) cannot refer to (volume \"kube-api-access-x7k2p\")",
+    );
+    expect(await msg({ name: 'b', projected: { sources: [{ clusterTrustBundle: { path: 'b', signerName: 'x' } }] } })).toBe('CreateContainerConfigError: volume "b" sources[0]: clusterTrustBundle is not supported by nodelet (configMap, secret, downwardAPI and serviceAccountToken are)');
     // Optional configMaps and secrets are left out; the downwardAPI source is written.
     const optional: Volume = { name: 'p', projected: { sources: [{ configMap: { name: 'cfg', optional: true } }, { secret: { name: 's', optional: true } }, { downwardAPI: { items: [{ path: 'namespace', fieldRef: { fieldPath: 'metadata.namespace' } }] } }] } };
-    expect([...apiDataPayload(pod, optional, quantity)].map(([p, f]) => [p, f.data.toString(), f.mode])).toEqual([['namespace', 'shop', 0o644]]);
+    expect([...(await apiDataPayload(pod, optional, ctx)).files].map(([p, f]) => [p, f.data.toString(), f.mode])).toEqual([['namespace', 'shop', 0o644]]);
   });
 
   it('set up once, a volume follows the pod: new labels are written on refresh, unchanged ones write nothing', async () => {
     const root = tmp();
     const v: Volume = { name: 'podinfo', downwardAPI: { items: [{ path: 'labels', fieldRef: { fieldPath: 'metadata.labels' } }] } };
     const withVolume = { ...pod, spec: { ...pod.spec!, volumes: [v] } };
-    const dir = await setUpApiDataVolume(root, withVolume, v, quantity);
+    const { dir } = await setUpApiDataVolume(root, withVolume, v, ctx);
     expect(dir).toBe(path.join(root, 'pods', pod.metadata!.uid!, 'volumes', 'kubernetes.io~downward-api', 'podinfo'));
     const before = fs.readlinkSync(path.join(dir, '..data'));
-    expect(await refreshApiDataVolumes(root, withVolume, quantity)).toEqual([]);
+    expect(await refreshApiDataVolumes(root, withVolume, ctx)).toEqual({ problems: [], refreshAt: Infinity });
     expect(fs.readlinkSync(path.join(dir, '..data'))).toBe(before);
     const relabelled = { ...withVolume, metadata: { ...withVolume.metadata!, labels: { app: 'web', tier: 'back' } } };
-    expect(await refreshApiDataVolumes(root, relabelled, quantity)).toEqual([]);
+    expect(await refreshApiDataVolumes(root, relabelled, ctx)).toEqual({ problems: [], refreshAt: Infinity });
     expect(fs.readFileSync(path.join(dir, 'labels'), 'utf8')).toBe('app="web"\ntier="back"\n');
     expect(fs.readlinkSync(path.join(dir, '..data'))).not.toBe(before);
   });
