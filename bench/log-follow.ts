@@ -7,24 +7,17 @@
  * at the path, as log-rotation.ts and the runtime do) and 1 MiB more: the follower must
  * see every line of both files.
  *
- * The built daemon runs standalone on the test CRI server (no runtime writes the log: the
- * benchmark writes it where the runtime would).
+ * The built daemon runs standalone on the test CRI server (log-bench.ts: no runtime writes
+ * the log, the benchmark writes it where the runtime would).
  *
  * Run: `npm run build && node dist/bench/log-follow.js [rounds=3]`. Writes its section of
  * BENCHMARKS.md (replaced on each run) and prints it.
  */
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import type { PodList } from 'kubernetes-types/core/v1.js';
-import { startFakeRuntime } from '../test/cri/fake-runtime.js';
-import { sleeperManifest } from '../test/helpers/fake-node.js';
-import { eventually, freePort, nodeletBin, NodeletProcess, shebangNodeFlags, tempDir, writeKubeletConfig } from '../test/helpers/nodelet.js';
+import { LOG_READ } from '../src/server/container-logs.js';
+import { startLogBench } from './log-bench.js';
 import { writeSection } from './sections.js';
-
-const NODELET_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src', 'main.js');
 
 const MIB = 1024 * 1024;
 const LOG_MIB = 50;
@@ -75,32 +68,11 @@ function records(from: number, count: number): Buffer {
 
 async function main(): Promise<void> {
   const rounds = Math.max(1, Number(process.argv[2] ?? 3) || 3);
-  const cri = await startFakeRuntime();
-  const dir = tempDir('nodelet-bench-logs-');
-  fs.mkdirSync(path.join(dir, 'manifests'));
-  fs.writeFileSync(path.join(dir, 'manifests', 'app.yaml'), sleeperManifest('app', 'shop'));
-  const ports = { https: await freePort(), readOnly: await freePort() };
-  const config = writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: cri.endpoint,
-    staticPodPath: path.join(dir, 'manifests'),
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port: ports.https,
-    readOnlyPort: ports.readOnly,
-    healthzPort: 0,
-    authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-    authorization: '{mode: AlwaysAllow}',
-  });
-  const args = ['--config', config, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1', '--container-log-dir', path.join(dir, 'containers')];
-  const nodelet = new NodeletProcess(spawn(process.execPath, [...shebangNodeFlags(nodeletBin), NODELET_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
+  const bench = await startLogBench('nodelet-bench-logs-');
   try {
-    await nodelet.waitForMsg(/nodelet is ready/, 60_000);
-    const pods = async () => ((await (await fetch(`http://127.0.0.1:${ports.readOnly}/pods`)).json()) as PodList).items;
-    const pod = await eventually(async () => (await pods()).find((p) => p.status?.containerStatuses?.[0]?.state?.running), 30_000);
-    const file = path.join(dir, 'logs', `shop_${pod.metadata!.name}_${pod.metadata!.uid}`, 'web', `${pod.status!.containerStatuses![0]!.restartCount}.log`);
-    fs.mkdirSync(path.dirname(file), { recursive: true });
-    const url = `https://127.0.0.1:${ports.https}/containerLogs/shop/${pod.metadata!.name}/web?follow=true`;
-    const pid = nodelet.pid;
+    const file = bench.live;
+    const url = `${bench.url}?follow=true`;
+    const pid = bench.nodelet.pid;
     const results: { idle: number; peak: number; seconds: number; bytes: number; ordered: boolean }[] = [];
     let rotation = { lines: 0, ordered: false, expected: 0 };
     for (let r = 0; r < rounds; r++) {
@@ -149,7 +121,7 @@ async function main(): Promise<void> {
       '',
       `Across the rotation: ${rotation.lines} of ${rotation.expected} lines, ${rotation.ordered && rotation.lines >= rotation.expected ? 'none lost or repeated' : '**lines lost or out of order**'}.`,
       '',
-      `Target: RSS rises by less than ${TARGET_MB} MB: **+${mb(worst)} MB at worst — ${worst < TARGET_MB * 1e6 ? 'met' : 'missed'}**. What the first follow adds stays (V8's young generation and the allocator growing to their working size for 64 KiB reads and TLS writes); the next 50 MiB follows add about nothing: the cost is bounded, not proportional to the log.`,
+      `Target: RSS rises by less than ${TARGET_MB} MB: **+${mb(worst)} MB at worst — ${worst < TARGET_MB * 1e6 ? 'met' : 'missed'}**. What the first follow adds stays (V8's young generation and the allocator growing to their working size for ${LOG_READ / 1024} KiB reads and TLS writes); the next 50 MiB follows add about nothing: the cost is bounded, not proportional to the log.`,
       '',
       'The exec stream figure (100 MiB through `/exec` against the runtime\'s URL) is in its own section below (`bench/exec-stream.ts`, with an SPDY/3.1 client of the project\'s own: containerd 1.6 refuses WebSocket).',
       '',
@@ -158,10 +130,7 @@ async function main(): Promise<void> {
     console.log(section);
     await writeSection('log-follow', section);
   } finally {
-    nodelet.kill('SIGTERM');
-    await nodelet.exited;
-    await cri.stop();
-    fs.rmSync(dir, { recursive: true, force: true });
+    await bench.stop();
   }
 }
 

@@ -12,8 +12,9 @@
  * instance, a 400 saying so.
  *
  * Log files can be huge and are written by whatever runs in the container: they are read
- * as streams, LOG_CHUNK bytes at a time (backwards for `tailLines`), never whole, with no
- * limit on record or line length, and only a regular file is opened.
+ * as streams, LOG_READ bytes at a time forwards (LOG_CHUNK backwards for `tailLines`), never
+ * whole, with no limit on record or line length, and only a regular file is opened. The
+ * records are decoded by the runtime floor's CRI log reader (runtime/cri-log.ts).
  */
 import fsp from 'node:fs/promises';
 import path from 'node:path';
@@ -23,6 +24,7 @@ import { realClock, type Clock } from '../clock.js';
 import { isNodeletError, NodeletError } from '../errors.js';
 import { openRegularFile, readFailure } from '../system/safe-file.js';
 import type { PodLookup } from '../pods/sources/lookup.js';
+import { CriLogLines, IN_PLACE_FRONT, tailStart } from '../runtime/cri-log.js';
 
 export interface LogOptions {
   previous: boolean;
@@ -70,271 +72,6 @@ export function parseLogOptions(q: URLSearchParams, now: number): LogOptions {
     ...(limitBytes !== undefined ? { limitBytes } : {}),
     ...(since !== undefined ? { since } : {}),
   };
-}
-
-/** Bytes read at a time, forwards and backwards: what one reader holds of a log file. */
-export const LOG_CHUNK = 64 * 1024;
-/** Longest `<time> <stream> <tags> ` head of a CRI record; a longer one is not a record. */
-const HEAD_MAX = 128;
-const NL = 0x0a;
-const CR = 0x0d;
-const SP = 0x20;
-const EMPTY: Buffer = Buffer.alloc(0);
-/**
- * A record's time as the runtime writes it (Go's RFC3339Nano: at most 9 digits of fraction),
- * with the field ranges Go's time.Parse checks (the kubelet skips a record it cannot parse):
- * its date and time of day to the second, then the fraction and zone. No space in it, so it
- * ends at the record's first space. Every time it admits is one Date.parse reads.
- */
-const SECOND = String.raw`\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d`;
-const SECOND_LENGTH = 'YYYY-MM-DDTHH:MM:SS'.length;
-const AFTER_SECOND = String.raw`(?:\.\d{1,9})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)`;
-const RFC3339 = new RegExp(`^${SECOND}${AFTER_SECOND}$`);
-/** What may follow the first tag (runtimes write `F` and `P` alone; more tags would follow a `:`). */
-const TAGS_MORE = 64;
-const MORE_TAGS = String.raw`(?::[^ \n]{0,${TAGS_MORE}})?`;
-/** After the time: stream, then tags (the first F resp. P), ended by the space before the text or by the record's end (`\n`, `\r\n`). */
-const AFTER_TIME = (tag: 'F' | 'P') => String.raw` std(?:out|err) ${tag}${MORE_TAGS}(?: |(?=\r?\n))`;
-/**
- * A record's head up to its text, tested at the record's first byte (sticky): what
- * parseRecordHead accepts, as regular expressions. At most 110 chars (HEAD_MAX holds it).
- * CriLogLines runs one or two per record when it reads records one by one; the REST_ ones
- * from the time's SECOND_LENGTH-th char, for a record whose second is the one checked last
- * (most records: the runtime writes many a second).
- */
-const HEAD_F = new RegExp(SECOND + AFTER_SECOND + AFTER_TIME('F'), 'y');
-const HEAD_P = new RegExp(SECOND + AFTER_SECOND + AFTER_TIME('P'), 'y');
-const REST_F = new RegExp(AFTER_SECOND + AFTER_TIME('F'), 'y');
-const REST_P = new RegExp(AFTER_SECOND + AFTER_TIME('P'), 'y');
-/** A record's text: up to its newline, but for one `\r` right before it. */
-const TEXT = String.raw`[^\r\n]*(?:\r+[^\r\n]+)*(?:\r(?=\r))*`;
-/**
- * Every record of a run of whole records, matched one after another (global and sticky),
- * for `replace(LINES, '$1$2$3')`: an F record becomes its text and a newline, a P record
- * its text, what is not a record nothing. One call turns a chunk's records into what a
- * client gets, with no JavaScript per record (CriLogLines, without timestamps or since).
- */
-const LINES = new RegExp(String.raw`${SECOND}${AFTER_SECOND} std(?:out|err) (?:F${MORE_TAGS}(?: (${TEXT}))?\r?(\n)|P${MORE_TAGS}(?: (${TEXT}))?\r?\n)|[^\n]*\n`, 'gy');
-/** LINES with timestamps, for a run without P records: an F record becomes its time, a space, its text and a newline. */
-const STAMPED_LINES = new RegExp(String.raw`(${SECOND}${AFTER_SECOND} )std(?:out|err) F${MORE_TAGS}(?: (${TEXT}))?\r?(\n)|[^\n]*\n`, 'gy');
-
-interface RecordHead {
-  ts: string;
-  ms: number;
-  /** F ends a line; P is a part of one. */
-  tag: 'F' | 'P';
-  /** Offset of the text within the record. */
-  textStart: number;
-}
-
-/** A record without its `\r` line end. */
-function stripCR(b: Buffer): Buffer {
-  return b.length > 0 && b[b.length - 1] === CR ? b.subarray(0, -1) : b;
-}
-
-/**
- * The head of a CRI record (`<RFC3339Nano> <stdout|stderr> <tags>[ <text>]`, tags split on
- * `:`, the first P or F) from its first bytes. `whole`: `b` is the entire record (no more
- * bytes will come), so a head without text is complete. Returns 'more' while undecided,
- * undefined for what is not a record (skipped, as the kubelet does).
- */
-export function parseRecordHead(b: Buffer, whole: boolean): RecordHead | 'more' | undefined {
-  const more = () => (whole || b.length >= HEAD_MAX ? undefined : 'more');
-  const sp1 = b.indexOf(SP);
-  if (sp1 < 0) return more();
-  const sp2 = b.indexOf(SP, sp1 + 1);
-  if (sp2 < 0) return more();
-  let sp3 = b.indexOf(SP, sp2 + 1);
-  if (sp3 < 0) {
-    if (!whole) return more();
-    sp3 = b.length;
-  }
-  // The tags: the first, then at most TAGS_MORE chars after a `:` (HEAD_F's MORE_TAGS).
-  if (sp3 > HEAD_MAX || sp3 - sp2 - 1 > 2 + TAGS_MORE) return undefined;
-  const ts = b.toString('latin1', 0, sp1);
-  const stream = b.toString('latin1', sp1 + 1, sp2);
-  const tag = b.toString('latin1', sp2 + 1, sp3).split(':')[0];
-  if ((stream !== 'stdout' && stream !== 'stderr') || (tag !== 'F' && tag !== 'P') || !RFC3339.test(ts)) return undefined;
-  const ms = Date.parse(ts);
-  if (Number.isNaN(ms)) return undefined;
-  return { ts, ms, tag, textStart: Math.min(sp3 + 1, b.length) };
-}
-
-/** A piece of an output line: a line is one or more pieces, the last with `end`. */
-export interface LogPiece {
-  /** Time of the line's first record, as written and in ms (what `timestamps` prints and `since` compares). */
-  lineTs: string;
-  lineMs: number;
-  /** First piece of its line. */
-  first: boolean;
-  /** Text bytes (a view into the chunk read). */
-  text: Buffer;
-  /** Ends the line: a newline follows. */
-  end: boolean;
-}
-
-/**
- * Turns CRI log bytes into the pieces of whole lines, streaming: memory is one record head
- * (at most 128 bytes), never a record or a line, however long the runtime let them grow.
- * P records are joined with the following ones up to the F that ends the line. A record's
- * line end is `\n`; a `\r\n` ends it too (the `\r` is not text). What is not a CRI record
- * is skipped up to the next newline.
- */
-export class CriLogDecoder {
-  #state: 'head' | 'text' | 'skip' = 'head';
-  #head: Buffer = EMPTY;
-  #rec: RecordHead | undefined;
-  /** The open line: its first record's time, and whether a piece of it went out. */
-  #line: { ts: string; ms: number } | undefined;
-  #lineStarted = false;
-  /** A `\r` ended the last chunk inside a text: text unless a `\n` comes next. */
-  #pendingCR = false;
-
-  /** Feeds the next bytes; returns the pieces they complete. */
-  push(chunk: Buffer): LogPiece[] {
-    const out: LogPiece[] = [];
-    let i = 0;
-    while (i < chunk.length) {
-      if (this.#state === 'skip') {
-        const nl = chunk.indexOf(NL, i);
-        if (nl < 0) return out;
-        i = nl + 1;
-        this.#state = 'head';
-        continue;
-      }
-      if (this.#state === 'head') {
-        const nl = chunk.indexOf(NL, i);
-        const stop = nl < 0 ? chunk.length : nl;
-        // At most HEAD_MAX + 1 bytes are kept: enough to tell a head from what is not one.
-        const take = Math.min(stop - i, HEAD_MAX + 1 - this.#head.length);
-        this.#head = this.#head.length === 0 ? chunk.subarray(i, i + take) : Buffer.concat([this.#head, chunk.subarray(i, i + take)]);
-        if (nl >= 0 && i + take === nl) {
-          // The whole record is in #head.
-          const whole = stripCR(this.#head);
-          this.#head = EMPTY;
-          i = nl + 1;
-          const h = parseRecordHead(whole, true);
-          if (h && h !== 'more') this.#piece(out, h, whole.subarray(h.textStart), h.tag === 'F');
-          continue;
-        }
-        i += take;
-        const h = parseRecordHead(this.#head, false);
-        // 'more' only when the chunk ran out first (a full HEAD_MAX decides): wait for the next.
-        if (h === 'more') {
-          // #head may be a view into the caller's chunk: keep a copy of these few bytes.
-          this.#head = Buffer.from(this.#head);
-          return out;
-        }
-        const text = h ? this.#head.subarray(h.textStart) : EMPTY;
-        this.#head = EMPTY;
-        if (!h) {
-          this.#state = 'skip';
-          continue;
-        }
-        this.#rec = h;
-        this.#state = 'text';
-        this.#textPiece(out, text, false);
-        continue;
-      }
-      // text
-      const nl = chunk.indexOf(NL, i);
-      if (nl < 0) {
-        this.#textPiece(out, chunk.subarray(i), false);
-        return out;
-      }
-      this.#textPiece(out, chunk.subarray(i, nl), true);
-      i = nl + 1;
-      this.#state = 'head';
-      this.#rec = undefined;
-    }
-    return out;
-  }
-
-  /** The end of the input (the file, when nothing more will come): a record or line left open ends there. */
-  finish(): LogPiece[] {
-    const out: LogPiece[] = [];
-    if (this.#state === 'head' && this.#head.length > 0) {
-      const whole = stripCR(this.#head);
-      const h = parseRecordHead(whole, true);
-      if (h && h !== 'more') this.#piece(out, h, whole.subarray(h.textStart), h.tag === 'F');
-    }
-    if (this.#line) this.#piece(out, this.#line, EMPTY, true);
-    this.#state = 'head';
-    this.#head = EMPTY;
-    this.#rec = undefined;
-    this.#pendingCR = false;
-    return out;
-  }
-
-  /** Text of the current record; `last`: the record's newline follows it. */
-  #textPiece(out: LogPiece[], text: Buffer, last: boolean): void {
-    const rec = this.#rec!;
-    if (this.#pendingCR) {
-      this.#pendingCR = false;
-      if (!(last && text.length === 0)) this.#piece(out, rec, Buffer.from([CR]), false);
-    }
-    if (last && text.length > 0 && text[text.length - 1] === CR) text = text.subarray(0, -1);
-    else if (!last && text.length > 0 && text[text.length - 1] === CR) {
-      text = text.subarray(0, -1);
-      this.#pendingCR = true;
-    }
-    if (text.length > 0 || last) this.#piece(out, rec, text, last && rec.tag === 'F');
-  }
-
-  #piece(out: LogPiece[], rec: { ts: string; ms: number }, text: Buffer, end: boolean): void {
-    this.#line ??= { ts: rec.ts, ms: rec.ms };
-    out.push({ lineTs: this.#line.ts, lineMs: this.#line.ms, first: !this.#lineStarted, text, end });
-    this.#lineStarted = !end;
-    if (end) this.#line = undefined;
-  }
-}
-
-/**
- * Where the last `lines` whole lines of the first `size` bytes of a CRI log begin, reading
- * backwards LOG_CHUNK bytes at a time until enough F records are found: what `tailLines`
- * reads is the tail, whatever the file's size. A line is the records up to and including
- * an F; a line still open at the end (P records, no F yet) counts as one.
- */
-export async function tailStart(fh: fsp.FileHandle, size: number, lines: number): Promise<number> {
-  if (lines <= 0) return size;
-  let groups = 0;
-  /** End (exclusive) of the record being delimited; the first bytes after the current chunk. */
-  let recEnd = size;
-  let after: Buffer = EMPTY;
-  const classify = (head: Buffer): 'F' | 'P' | undefined => {
-    const whole = head.length > 0 && head[head.length - 1] === NL ? head.subarray(0, head[head.length - 2] === CR ? -2 : -1) : head;
-    const h = parseRecordHead(whole, true);
-    return h && h !== 'more' ? h.tag : undefined;
-  };
-  // Returns the offset to start at when this record decides it, else undefined.
-  const record = (start: number, head: Buffer): number | undefined => {
-    if (start >= recEnd) return undefined;
-    const tag = classify(head.subarray(0, Math.min(HEAD_MAX + 2, recEnd - start)));
-    if (tag === 'F') {
-      if (groups === lines) return recEnd;
-      groups++;
-    } else if (tag === 'P' && groups === 0) groups = 1;
-    return undefined;
-  };
-  for (let end = size; end > 0; ) {
-    const start = Math.max(0, end - LOG_CHUNK);
-    const chunk = Buffer.allocUnsafe(end - start);
-    const { bytesRead } = await fh.read(chunk, 0, chunk.length, start);
-    if (bytesRead !== chunk.length) return 0; // the file shrank under us: read it all
-    const tail = Buffer.concat([chunk, after]);
-    for (let nl = chunk.lastIndexOf(NL); nl >= 0; nl = nl > 0 ? chunk.lastIndexOf(NL, nl - 1) : -1) {
-      const at = record(start + nl + 1, tail.subarray(nl + 1, nl + 1 + HEAD_MAX + 2));
-      if (at !== undefined) return at;
-      recEnd = start + nl + 1;
-    }
-    if (start === 0) {
-      const at = record(0, tail.subarray(0, HEAD_MAX + 2));
-      return at ?? 0;
-    }
-    after = tail.subarray(0, HEAD_MAX + 2);
-    end = start;
-  }
-  return 0;
 }
 
 export interface LogTarget {
@@ -385,312 +122,52 @@ export async function openLog(target: LogTarget, container: string): Promise<fsp
   }
 }
 
-/** A string of its own, for a slice of a big one (V8 keeps the whole of what a slice is cut from). */
-function own(s: string): string {
-  return s.length === 0 ? s : Buffer.from(s, 'latin1').toString('latin1');
-}
-
-/** `\n` fed at the end of the input: the last record ends there, with or without its newline. */
-const END_OF_INPUT: Buffer = Buffer.from('\n');
-
 /**
- * What `kubectl logs` gets from the bytes of a CRI log: the text of each line (P records
- * joined up to their F), each ended by a newline; with `timestamps`, its first record's time
- * and a space before it; a line whose first record is older than `since` left out; at most
- * `limitBytes` bytes in all. The records and lines of CriLogDecoder (what is not a record is
- * skipped, `\r\n` ends a record like `\n`, a line still open at the end of the input ends
- * there), fed the log's chunks in order and holding at most a partial record head
- * (HEAD_MAX bytes) between them, never a record or a line, however long.
- *
- * Made for throughput: nodelet runs in V8's interpreter (the entry point's flags, docs/development.md),
- * where every JavaScript operation per record counts and built-in functions run at native
- * speed. So a chunk is read as one latin1 string (one char per byte: nothing decoded, nothing
- * lost); its whole records go through one `replace` with a regular expression (LINES) when
- * neither since nor (with P records) timestamps need them one by one, else a few built-in
- * calls each (indexOf, a sticky regular expression for the head, slice); what a chunk makes
- * goes out as one Buffer. A tenth of the CPU a record cost when decoded into pieces and
- * joined (CriLogDecoder and the writer before it; BENCHMARKS.md, `kubectl logs` throughput);
- * most of what is left is V8's regular-expression interpreter (`--regexp-interpret-all`).
+ * Bytes read at a time forwards: large, so a follower behind a rotation (issue 26: a 212 MB
+ * file) pays few reads, awaits and writes per MB; the output of one read is one write. Not
+ * larger: each chunk is a buffer (and a string) of its own, and at 1 MiB dead ones piled up
+ * to ~65 MB of RSS between V8's collections during a 50 MiB follow (bench/log-follow.ts),
+ * against ~2 MB at 256 KiB, at the same follower throughput.
  */
-export class CriLogLines {
-  #budget: number;
-  readonly #timestamps: boolean;
-  readonly #since: number | undefined;
-  /** At a record's start, in the text of an accepted record, or skipping what is not a record up to its newline. */
-  #state: 'head' | 'text' | 'skip' = 'head';
-  /** The start of a record whose head the chunk ended in: at most HEAD_MAX chars, read again with the next chunk. */
-  #carry = '';
-  /** The record whose text is being read ends its line (an F). */
-  #final = false;
-  /** A `\r` ended the last chunk inside a text: text unless a `\n` comes next. */
-  #pendingCR = false;
-  /** The date and time to the second of the last record whose time was checked whole. */
-  #second = '\n';
-  /** The second of the last UTC time #before parsed (never matched before one: no record holds a newline), and its ms. */
-  #sinceSecond = '\n';
-  #sinceSecondMs = 0;
-  /** A line has begun and its F has not come yet. */
-  #open = false;
-  /** The open line is older than `since`: its text is left out. */
-  #dropped = false;
-
-  constructor(o: Pick<LogOptions, 'timestamps' | 'since' | 'limitBytes'>) {
-    this.#budget = o.limitBytes ?? Infinity;
-    this.#timestamps = o.timestamps;
-    this.#since = o.since;
-  }
-
-  /** limitBytes is spent: the answer is complete, nothing more comes out. */
-  get done(): boolean {
-    return this.#budget <= 0;
-  }
-
-  /** The output the next bytes of the log complete (often empty for a few bytes). */
-  push(chunk: Buffer): Buffer {
-    if (this.done) return EMPTY;
-    const parts: string[] = [];
-    this.#feed(chunk, parts);
-    // What is kept for the next chunk are views into this one's string: kept as copies of
-    // their own few bytes instead, so a follower between polls holds no chunk.
-    this.#carry = own(this.#carry);
-    this.#second = own(this.#second);
-    this.#sinceSecond = own(this.#sinceSecond);
-    return this.#out(parts);
-  }
-
-  /** The end of the input (the file, when nothing more will come): a record or a line left open ends there. */
-  finish(): Buffer {
-    if (this.done) return EMPTY;
-    const parts: string[] = [];
-    this.#feed(END_OF_INPUT, parts);
-    if (this.#open && !this.#dropped) parts.push('\n');
-    this.reset();
-    return this.#out(parts);
-  }
-
-  /** Forgets the input read so far (the file was truncated under a follower); limitBytes stays spent as it is. */
-  reset(): void {
-    this.#state = 'head';
-    this.#carry = '';
-    this.#pendingCR = false;
-    this.#open = false;
-    this.#dropped = false;
-  }
-
-  #out(parts: string[]): Buffer {
-    if (parts.length === 0) return EMPTY;
-    let text = parts.length === 1 ? parts[0]! : parts.join('');
-    if (text.length > this.#budget) text = text.slice(0, this.#budget);
-    this.#budget -= text.length;
-    return Buffer.from(text, 'latin1');
-  }
-
-  #feed(chunk: Buffer, parts: string[]): void {
-    const s = this.#carry + chunk.toString('latin1');
-    this.#carry = '';
-    const n = s.length;
-    let i = 0;
-    if (this.#state !== 'head') {
-      // The rest of a record begun in an earlier chunk.
-      const nl = s.indexOf('\n');
-      if (this.#state === 'text') this.#text(parts, s, 0, nl < 0 ? n : nl, nl >= 0);
-      if (nl < 0) return;
-      this.#state = 'head';
-      i = nl + 1;
-    }
-    const last = s.lastIndexOf('\n');
-    if (last >= i) i = this.#whole(parts, s, i, last + 1);
-    if (i >= n) return;
-    // A record the chunk ends in: its head decided now (its text so far goes out), or carried
-    // to the next chunk while it may still become one, or skipped when it cannot.
-    const head = this.#head(s, i);
-    if (head !== 0) {
-      if (!this.#open) {
-        this.#open = true;
-        this.#dropped = this.#begin(parts, s, i);
-      }
-      this.#final = head > 0;
-      this.#state = 'text';
-      this.#text(parts, s, Math.abs(head), n, false);
-    } else if (n - i <= HEAD_MAX) this.#carry = s.slice(i);
-    else this.#state = 'skip';
-  }
-
-  /**
-   * The whole records `[i, end)` of `s` (`end` follows a newline), at a record's start;
-   * returns `end`. Without timestamps or since, and with timestamps when no line is open and
-   * no P record is among them, one `replace` does them all; otherwise one by one.
-   */
-  #whole(parts: string[], s: string, i: number, end: number): number {
-    if (this.#since === undefined && (!this.#timestamps || !this.#open)) {
-      const run = i === 0 && end === s.length ? s : s.slice(i, end);
-      // A P record's head holds one of these (text may too: then one by one, as it must).
-      if (!this.#timestamps) {
-        parts.push(run.replace(LINES, '$1$2$3'));
-        this.#open = this.#openAfter(s, i, end);
-        return end;
-      }
-      if (!run.includes(' stdout P') && !run.includes(' stderr P')) {
-        parts.push(run.replace(STAMPED_LINES, '$1$2$3'));
-        return end;
-      }
-    }
-    // Locals, not fields, in the loop: the interpreter reads them faster.
-    const plain = !this.#timestamps && this.#since === undefined;
-    const crs = s.indexOf('\r', i) >= 0;
-    let open = this.#open;
-    let dropped = this.#dropped;
-    let second = this.#second;
-    while (i < end) {
-      const nl = s.indexOf('\n', i);
-      // Its second is the last one checked whole: only what follows it is checked. (Never
-      // true before one was: no record holds a newline.)
-      const known = s.startsWith(second, i);
-      const f = known ? REST_F : HEAD_F;
-      const from = known ? i + SECOND_LENGTH : i;
-      f.lastIndex = from;
-      const final = f.test(s);
-      let at: number;
-      if (final) at = f.lastIndex;
-      else {
-        const p = known ? REST_P : HEAD_P;
-        p.lastIndex = from;
-        if (!p.test(s)) {
-          i = nl + 1;
-          continue;
-        }
-        at = p.lastIndex;
-      }
-      if (!known) second = s.slice(i, i + SECOND_LENGTH);
-      let textEnd = nl;
-      if (crs && s.charCodeAt(nl - 1) === CR) textEnd = Math.max(at, nl - 1);
-      if (!open) {
-        open = true;
-        dropped = !plain && this.#begin(parts, s, i);
-      }
-      if (!dropped) {
-        if (final && textEnd === nl) parts.push(s.slice(at, nl + 1));
-        else {
-          if (textEnd > at) parts.push(s.slice(at, textEnd));
-          if (final) parts.push('\n');
-        }
-      }
-      if (final) open = false;
-      i = nl + 1;
-    }
-    this.#open = open;
-    this.#dropped = dropped;
-    this.#second = second;
-    return end;
-  }
-
-  /** Whether a line is open after the whole records `[i, end)`: the last record among them that is one is a P (or none is, and one was open before). */
-  #openAfter(s: string, i: number, end: number): boolean {
-    for (let stop = end - 1; stop > i; ) {
-      const start = Math.max(i, s.lastIndexOf('\n', stop - 1) + 1);
-      const head = this.#head(s, start);
-      if (head !== 0) return head < 0;
-      stop = start - 1;
-    }
-    return this.#open;
-  }
-
-  /**
-   * Where the text of the record at `i` starts when its head is one: positive for an F,
-   * negative for a P; 0 when it is not one. The record or its head ends at the first `\n`
-   * after `i`, or at the end of `s`.
-   */
-  #head(s: string, i: number): number {
-    // As in #whole's loop.
-    const known = s.startsWith(this.#second, i);
-    const f = known ? REST_F : HEAD_F;
-    const p = known ? REST_P : HEAD_P;
-    f.lastIndex = p.lastIndex = known ? i + SECOND_LENGTH : i;
-    let at: number;
-    if (f.test(s)) at = f.lastIndex;
-    else if (p.test(s)) at = -p.lastIndex;
-    else return 0;
-    if (!known) this.#second = s.slice(i, i + SECOND_LENGTH);
-    return at;
-  }
-
-  /** A line begins with the record at `i`: whether `since` leaves it out; its time goes out with `timestamps`. */
-  #begin(parts: string[], s: string, i: number): boolean {
-    if (!this.#timestamps && this.#since === undefined) return false;
-    const sp = s.indexOf(' ', i);
-    if (this.#since !== undefined && this.#before(s, i, sp, this.#since)) return true;
-    if (this.#timestamps) parts.push(s.slice(i, sp + 1));
-    return false;
-  }
-
-  /**
-   * Whether the time `[i, sp)` (a record's, checked) is before `since`. A UTC time in the
-   * same second as the last one parsed is decided by that second when since is not inside
-   * it: no Date.parse for most lines.
-   */
-  #before(s: string, i: number, sp: number, since: number): boolean {
-    const utc = s.charCodeAt(sp - 1) === 0x5a; // Z
-    if (utc && s.startsWith(this.#sinceSecond, i)) {
-      if (this.#sinceSecondMs + 1000 <= since) return true;
-      if (this.#sinceSecondMs >= since) return false;
-    }
-    const ms = Date.parse(s.slice(i, sp));
-    if (utc) {
-      this.#sinceSecond = s.slice(i, i + SECOND_LENGTH);
-      this.#sinceSecondMs = Math.floor(ms / 1000) * 1000;
-    }
-    return ms < since;
-  }
-
-  /** Text `[from, to)` of the record being read; `last`: its newline is at `to`. */
-  #text(parts: string[], s: string, from: number, to: number, last: boolean): void {
-    const out = !this.#dropped;
-    if (this.#pendingCR) {
-      this.#pendingCR = false;
-      if (out && !(last && from === to)) parts.push('\r');
-    }
-    let end = to;
-    if (end > from && s.charCodeAt(end - 1) === CR) {
-      end--;
-      if (!last) this.#pendingCR = true;
-    }
-    if (out && end > from) parts.push(s.slice(from, end));
-    if (last && this.#final) {
-      if (out) parts.push('\n');
-      this.#open = false;
-    }
-  }
-}
+export const LOG_READ = 256 * 1024;
 
 /**
- * Reads [from, to) of the file forwards, LOG_CHUNK bytes at a time, through `lines` to
- * `write`; false when the answer is complete (limitBytes) or the client went.
+ * Reads [from, to) of the file forwards, LOG_READ bytes at a time, through `lines` to
+ * `write`; false when the answer is complete (limitBytes) or the client went. Each write
+ * is awaited before the read after the next one (the response's backpressure: at most one
+ * read and one chunk's output in flight, whatever the client's speed).
  */
 async function readForward(fh: fsp.FileHandle, from: number, to: number, lines: CriLogLines, write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal): Promise<{ pos: number; more: boolean }> {
   if (from >= to || signal.aborted) return { pos: from, more: !signal.aborted };
-  // One buffer for the whole read: lines.push copies a chunk into a string at once, so the
-  // next chunk is read into it while the client takes the last one (a read and a write in
-  // flight, not one after the other: each waits on another thread or the client).
-  const buf = Buffer.allocUnsafe(Math.min(LOG_CHUNK, to - from));
+  // Each chunk is read into a buffer of its own and decoded where it is (pushInPlace: no
+  // copy; its output is a view into it that the client may hold until it is sent), so the
+  // next chunk is read while the client takes the last one (a read and a write in flight,
+  // not one after the other: each waits on another thread or the client). A new buffer's
+  // pages are first touched by the read, on libuv's thread, not on the event loop.
+  const size = Math.min(LOG_READ, to - from);
+  const read = (at: number) => {
+    const buf = Buffer.allocUnsafe(IN_PLACE_FRONT + size);
+    return fh.read(buf, IN_PLACE_FRONT, Math.min(size, to - at), at);
+  };
   let pos = from;
-  let next: Promise<{ bytesRead: number }> | undefined = fh.read(buf, 0, Math.min(buf.length, to - pos), pos);
+  let next: Promise<{ bytesRead: number; buffer: Buffer }> | undefined = read(pos);
   try {
     while (next) {
-      const { bytesRead } = await next;
+      const { bytesRead, buffer } = await next;
       next = undefined;
       if (bytesRead === 0) break;
       pos += bytesRead;
       if (signal.aborted) break;
-      const out = lines.push(buf.subarray(0, bytesRead));
+      const out = lines.pushInPlace(buffer, IN_PLACE_FRONT, IN_PLACE_FRONT + bytesRead);
       if (lines.done) {
         if (out.length > 0) await write(out);
         return { pos, more: false };
       }
-      if (pos < to) next = fh.read(buf, 0, Math.min(buf.length, to - pos), pos);
+      if (pos < to) next = read(pos);
       if (out.length > 0) await write(out);
     }
   } finally {
-    // Never leave a read running into the buffer (or its failure unhandled) past this call.
+    // Never leave a read running (or its failure unhandled) past this call.
     await next?.catch(() => undefined);
   }
   return { pos, more: !signal.aborted };
@@ -751,15 +228,15 @@ async function openQuietly(file: string): Promise<{ handle: fsp.FileHandle; ino:
 }
 
 /**
- * Streams the decompressed bytes of a gzipped log through `each`, LOG_CHUNK at a time, until
+ * Streams the decompressed bytes of a gzipped log through `each`, LOG_READ at a time, until
  * it returns false or the file ends. A corrupt or truncated file ends where it breaks.
  * Memory is the streams' buffers, whatever the file would expand to.
  */
 async function eachGunzipped(file: string, each: (chunk: Buffer) => Promise<boolean> | boolean): Promise<void> {
   const f = await openQuietly(file);
   if (!f) return;
-  const src = f.handle.createReadStream({ highWaterMark: LOG_CHUNK, autoClose: false });
-  const gunzip = createGunzip({ chunkSize: LOG_CHUNK });
+  const src = f.handle.createReadStream({ highWaterMark: LOG_READ, autoClose: false });
+  const gunzip = createGunzip({ chunkSize: LOG_READ });
   src.on('error', (err) => gunzip.destroy(err));
   src.pipe(gunzip);
   try {
@@ -845,7 +322,7 @@ export interface FollowOptions {
  * fell behind a rotation before it began watching watches the new file at the path and keeps
  * reading the old one until that new file is rotated in turn (the stall of issue 26).
  *
- * Memory is bounded by LOG_CHUNK, not by the file: `tailLines` finds where the tail starts
+ * Memory is bounded by LOG_READ, not by the file: `tailLines` finds where the tail starts
  * reading backwards (tailStart), `since` and `limitBytes` stream forwards and stop as soon
  * as the answer is complete. A follower holds one abort listener for its whole life.
  */

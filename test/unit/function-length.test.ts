@@ -25,6 +25,7 @@ const KNOWN = new Set([
   'connected.ts:connectedMode',
   'connected.ts:services',
   'pods/cri/cri-pod-runtime.ts:startContainer',
+  'runtime/cri-log.ts:whole',
 ]);
 
 function files(dir: string): string[] {

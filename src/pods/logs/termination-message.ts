@@ -32,6 +32,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { ContainerState, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { errorMessage, isNodeletError } from '../../errors.js';
+import { CriLogDecoder, LOG_CHUNK, tailStart } from '../../runtime/cri-log.js';
 import { openRegularFile, readFailure } from '../../system/safe-file.js';
 import { terminationLogPath } from '../../system/root-dir.js';
 import { podDir } from '../volumes/volumes.js';
@@ -104,8 +105,6 @@ export async function readTail(file: string, maxBytes: number, what: string): Pr
  * which the last 2048 bytes. Read in chunks; only a regular file, no symbolic link.
  */
 export async function readLogTail(logPath: string): Promise<string> {
-  // The log decoder is the one `kubectl logs` is served with; loaded only when a fallback needs it.
-  const { CriLogDecoder, LOG_CHUNK, tailStart } = await import('../../server/container-logs.js');
   const { handle, stats } = await openRegularFile(logPath, { what: 'container log', noFollow: true });
   try {
     const size = stats.size;

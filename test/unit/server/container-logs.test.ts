@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Clock } from '../../../src/clock.js';
 import { VirtualClock } from '../../helpers/clock.js';
 import { compressLog } from '../../../src/pods/logs/log-rotation.js';
-import { CriLogDecoder, CriLogLines, LOG_CHUNK, logTarget, openLog, parseLogOptions, parseRecordHead, ROTATION_GRACE_POLLS, streamLogs, tailStart, type LogOptions, type LogPiece } from '../../../src/server/container-logs.js';
+import { logTarget, openLog, parseLogOptions, ROTATION_GRACE_POLLS, streamLogs, type LogOptions } from '../../../src/server/container-logs.js';
+import { CriLogDecoder, CriLogLines, LOG_CHUNK, parseRecordHead, tailStart, type LogPiece } from '../../../src/runtime/cri-log.js';
 
 
 const q = (s: string) => new URLSearchParams(s);
