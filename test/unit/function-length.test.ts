@@ -21,10 +21,8 @@ const KNOWN = new Set([
   'pods/sync/plan.ts:computePodActions',
   'controlplane/adapter.ts:controlPlanePorts',
   'server/container-logs.ts:streamLogs',
-  'pods/cri/env.ts:containerEnv',
   'connected.ts:connectedMode',
   'connected.ts:services',
-  'pods/cri/cri-pod-runtime.ts:startContainer',
   'runtime/cri-log.ts:whole',
 ]);
 

@@ -474,10 +474,42 @@ export class CriPodRuntime implements PodRuntime {
     const { pod, container } = s;
     // The name becomes a path element (the log directory, subPath binds): an API pod's is checked here.
     if (!isDnsLabel(container.name)) throw new NodeletError('INVALID_ARGUMENT', `container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`, { reason: 'CreateContainerConfigError' });
+    const config = await this.#containerConfig(s);
+    let sandboxCfg: PodSandboxConfig;
+    try {
+      sandboxCfg = await this.#sandboxConfig(pod, s.sandboxAttempt);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: the pod sandbox config`);
+    }
+    await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
+    let id: string;
+    try {
+      id = await this.#o.cri.createContainer(s.sandboxId, config, sandboxCfg);
+    } catch (err) {
+      throw withReason(err, 'CreateContainerError', 'failed to create the container');
+    }
+    try {
+      await this.#o.cri.startContainer(id);
+    } catch (err) {
+      throw withReason(err, 'RunContainerError', 'failed to start the container');
+    }
+    await this.#o.allocation?.actuated.setContainer(pod.metadata?.uid ?? '', container.name, containerResources(container));
+    if (this.#o.containerLogDir !== undefined && config.logPath) {
+      const link = containerLogSymlink(this.#o.containerLogDir, pod.metadata?.name ?? '', pod.metadata?.namespace ?? 'default', container.name, id);
+      await createLogSymlink(link, path.join(sandboxCfg.logDirectory!, config.logPath)).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot create the container log link ${link}: ${errorMessage(err)}`));
+    }
+    return id;
+  }
+
+  /**
+   * The container's CRI config with its mounts: seccomp, the image's user (who it runs as
+   * unless runAsUser says otherwise, and what runAsNonRoot is checked against, as the
+   * kubelet), env with what it reads from the API, volumes, /etc/hosts, the termination log.
+   */
+  async #containerConfig(s: StartSpec): Promise<ContainerConfig> {
+    const { pod, container } = s;
     const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
     if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name, seccompDir(this.#o.rootDir));
-    // As the kubelet: the image's user (ImageStatus) is who the container runs as unless
-    // runAsUser says otherwise, and what runAsNonRoot is checked against.
     let user: ImageUser;
     try {
       user = imageUser(await this.#o.cri.imageStatus(container.image!));
@@ -517,8 +549,13 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
     }
+    await this.#addMounts(pod, container, config, podIPs);
+    return config;
+  }
+
+  /** The container's volume mounts (subPath binds redone at every creation from the volume as it is now), /etc/hosts and the termination-log file. */
+  async #addMounts(pod: Pod, container: Container, config: ContainerConfig, podIPs: string[]): Promise<void> {
     try {
-      // Set up at every creation: subPath binds are redone from the volume as it is now.
       const env = new Map((config.envs ?? []).map((e) => [e.key, e.value] as const));
       config.mounts = await containerMounts(pod, container, this.#o.rootDir, { env, apiVolumes: this.#apiVolumes, ...(this.#o.mounter ? { mounter: this.#o.mounter } : {}) });
       if (podIPs.length && !mountsOwnEtcHosts(container)) {
@@ -529,37 +566,12 @@ export class CriPodRuntime implements PodRuntime {
     }
     // The termination-log file, new for each instance, as the kubelet's (which, too, runs the container without it when it cannot be made).
     const messagePath = container.terminationMessagePath ?? DEFAULT_TERMINATION_MESSAGE_PATH;
-    if (messagePath !== '') {
-      try {
-        config.mounts.push({ containerPath: messagePath, hostPath: await createTerminationLogFile(this.#o.rootDir, pod.metadata?.uid ?? '', container.name), readonly: false });
-      } catch (err) {
-        this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, container: container.name, err: errorMessage(err) }, `cannot create the termination-log file of container ${container.name}: ${errorMessage(err)}`);
-      }
-    }
-    let sandboxCfg: PodSandboxConfig;
+    if (messagePath === '') return;
     try {
-      sandboxCfg = await this.#sandboxConfig(pod, s.sandboxAttempt);
+      config.mounts.push({ containerPath: messagePath, hostPath: await createTerminationLogFile(this.#o.rootDir, pod.metadata?.uid ?? '', container.name), readonly: false });
     } catch (err) {
-      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: the pod sandbox config`);
+      this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, container: container.name, err: errorMessage(err) }, `cannot create the termination-log file of container ${container.name}: ${errorMessage(err)}`);
     }
-    await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
-    let id: string;
-    try {
-      id = await this.#o.cri.createContainer(s.sandboxId, config, sandboxCfg);
-    } catch (err) {
-      throw withReason(err, 'CreateContainerError', 'failed to create the container');
-    }
-    try {
-      await this.#o.cri.startContainer(id);
-    } catch (err) {
-      throw withReason(err, 'RunContainerError', 'failed to start the container');
-    }
-    await this.#o.allocation?.actuated.setContainer(pod.metadata?.uid ?? '', container.name, containerResources(container));
-    if (this.#o.containerLogDir !== undefined && config.logPath) {
-      const link = containerLogSymlink(this.#o.containerLogDir, pod.metadata?.name ?? '', pod.metadata?.namespace ?? 'default', container.name, id);
-      await createLogSymlink(link, path.join(sandboxCfg.logDirectory!, config.logPath)).catch((err) => this.#log.warn({ link, err: errorMessage(err) }, `cannot create the container log link ${link}: ${errorMessage(err)}`));
-    }
-    return id;
   }
 
   /** `<root-dir>/pods/<uid>/etc-hosts`, (re)written whole by rename: a container never sees half a file. */

@@ -284,16 +284,45 @@ type Kind = 'configMap' | 'secret';
 
 /** The container's environment, in order, and its command and args with `$(VAR)` expanded, within the bounds above. */
 export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: { key: string; value: string }[]; command: string[]; args: string[]; warnings: EnvWarning[] } {
-  const ns = pod.metadata?.namespace ?? 'default';
-  const budget = new Budget();
-  const vars = new Map<string, string>();
-  const warnings: EnvWarning[] = [];
-  const serviceEnv = ctx.objects?.serviceEnv ?? new Map<string, string>();
-  const lookup: VarLookup = { get: (name) => vars.get(name) ?? serviceEnv.get(name) };
-  const overheadOf = (name: string) => Buffer.byteLength(name) + 2;
+  const b = new EnvBuilder(pod, c, ctx);
+  // envFrom first; env then replaces what it names.
+  for (const from of c.envFrom ?? []) b.envFrom(from);
+  for (const e of c.env ?? []) b.envVar(e);
+  const envs = b.withServiceVars();
+  return {
+    envs,
+    command: (c.command ?? []).map((s, i) => b.budget.expand(`command[${i}]`, s, b.lookup, 1)),
+    args: (c.args ?? []).map((s, i) => b.budget.expand(`args[${i}]`, s, b.lookup, 1)),
+    warnings: b.warnings,
+  };
+}
+
+/** One container's environment as it is built: the variables so far, the byte budget, the warnings. */
+class EnvBuilder {
+  readonly ns: string;
+  readonly budget = new Budget();
+  readonly vars = new Map<string, string>();
+  readonly warnings: EnvWarning[] = [];
+  readonly serviceEnv: ReadonlyMap<string, string>;
+  readonly lookup: VarLookup;
+
+  constructor(
+    readonly pod: Pod,
+    readonly c: Container,
+    readonly ctx: EnvContext,
+  ) {
+    this.ns = pod.metadata?.namespace ?? 'default';
+    this.serviceEnv = ctx.objects?.serviceEnv ?? new Map<string, string>();
+    this.lookup = { get: (name) => this.vars.get(name) ?? this.serviceEnv.get(name) };
+  }
+
+  static overheadOf(name: string): number {
+    return Buffer.byteLength(name) + 2;
+  }
 
   /** The object a reference names; undefined when it is missing and `optional`. Throws the kubelet's errors. */
-  function object(kind: Kind, name: string, optional: boolean, what: string): ConfigMap | Secret | undefined {
+  object(kind: Kind, name: string, optional: boolean, what: string): ConfigMap | Secret | undefined {
+    const { ctx, ns } = this;
     const label = kind === 'configMap' ? 'configMap' : 'secret';
     if (!ctx.objects) {
       throw new NodeletError('INVALID_ARGUMENT', `${what}: couldn't get ${label} ${ns}/${name}, no kubeClient defined (a standalone node reads no API objects)`, REASON);
@@ -306,9 +335,10 @@ export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: {
   }
 
   /** A fetched value, checked and counted: a Secret's is decoded from base64 (only once it fits the bound). */
-  function fetched(what: string, kind: Kind, from: string, key: string, raw: unknown, overhead: number): string {
+  fetched(what: string, kind: Kind, from: string, key: string, raw: unknown, overhead: number): string {
+    const { ns } = this;
     if (typeof raw !== 'string') throw new NodeletError('INVALID_ARGUMENT', `${what}: ${kind} ${ns}/${from} key ${JSON.stringify(key)} is not a string`, REASON);
-    const value = budget.take(
+    const value = this.budget.take(
       what,
       (limit) => {
         if (kind === 'configMap') return raw;
@@ -326,13 +356,14 @@ export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: {
     return value;
   }
 
-  // envFrom first; env then replaces what it names.
-  for (const from of c.envFrom ?? []) {
+  /** One `envFrom` source: each valid key (with the prefix); invalid ones are skipped with a warning naming them. */
+  envFrom(from: NonNullable<Container['envFrom']>[number]): void {
+    const { ns } = this;
     const kind: Kind | undefined = from.configMapRef ? 'configMap' : from.secretRef ? 'secret' : undefined;
-    if (!kind) continue;
+    if (!kind) return;
     const ref = (from.configMapRef ?? from.secretRef)!;
-    const obj = object(kind, ref.name ?? '', ref.optional === true, `envFrom ${kind}Ref ${JSON.stringify(ref.name ?? '')}`);
-    if (!obj) continue;
+    const obj = this.object(kind, ref.name ?? '', ref.optional === true, `envFrom ${kind}Ref ${JSON.stringify(ref.name ?? '')}`);
+    if (!obj) return;
     const invalid: string[] = [];
     const data: Record<string, unknown> = (obj.data as Record<string, unknown> | undefined) ?? {};
     for (const key of Object.keys(data)) {
@@ -341,27 +372,28 @@ export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: {
         invalid.push(name);
         continue;
       }
-      vars.set(name, fetched(`env ${name} (envFrom ${kind} ${ns}/${ref.name})`, kind, ref.name ?? '', key, data[key], overheadOf(name)));
+      this.vars.set(name, this.fetched(`env ${name} (envFrom ${kind} ${ns}/${ref.name})`, kind, ref.name ?? '', key, data[key], EnvBuilder.overheadOf(name)));
     }
-    if (invalid.length) {
-      invalid.sort();
-      let listed = '';
-      let n = 0;
-      for (; n < invalid.length && listed.length < MAX_LISTED_KEYS_CHARS; n++) listed += (n ? ', ' : '') + invalid[n];
-      if (n < invalid.length) listed += `, ... (${invalid.length - n} more)`;
-      warnings.push({
-        reason: 'InvalidEnvironmentVariableNames',
-        message: `Keys [${listed}] from the EnvFrom ${kind} ${ns}/${ref.name} were skipped since they are considered invalid environment variable names.`,
-      });
-    }
+    if (!invalid.length) return;
+    invalid.sort();
+    let listed = '';
+    let n = 0;
+    for (; n < invalid.length && listed.length < MAX_LISTED_KEYS_CHARS; n++) listed += (n ? ', ' : '') + invalid[n];
+    if (n < invalid.length) listed += `, ... (${invalid.length - n} more)`;
+    this.warnings.push({
+      reason: 'InvalidEnvironmentVariableNames',
+      message: `Keys [${listed}] from the EnvFrom ${kind} ${ns}/${ref.name} were skipped since they are considered invalid environment variable names.`,
+    });
   }
 
-  for (const e of c.env ?? []) {
+  /** One `env` entry: a value (expanded), the downward API, or a ConfigMap's or Secret's key. */
+  envVar(e: NonNullable<Container['env']>[number]): void {
+    const { pod, c, ctx, ns, budget } = this;
     const what = `env ${e.name}`;
-    const overhead = overheadOf(e.name);
+    const overhead = EnvBuilder.overheadOf(e.name);
     let value: string;
     const vf = e.valueFrom;
-    if (!vf || (e.value !== undefined && e.value !== '')) value = budget.expand(what, e.value ?? '', lookup, overhead);
+    if (!vf || (e.value !== undefined && e.value !== '')) value = budget.expand(what, e.value ?? '', this.lookup, overhead);
     else if (vf.fieldRef) value = budget.take(what, fieldValue(pod, vf.fieldRef.fieldPath, ctx, e.name), overhead);
     else if (vf.resourceFieldRef) {
       const defaults = downwardApiLimitDefaults(pod, ctx.allocatable, ctx.quantity);
@@ -370,36 +402,35 @@ export function containerEnv(pod: Pod, c: Container, ctx: EnvContext): { envs: {
       const kind: Kind = vf.configMapKeyRef ? 'configMap' : 'secret';
       const ref = (vf.configMapKeyRef ?? vf.secretKeyRef)!;
       const optional = ref.optional === true;
-      const obj = object(kind, ref.name ?? '', optional, what);
-      if (!obj) continue;
+      const obj = this.object(kind, ref.name ?? '', optional, what);
+      if (!obj) return;
       const data = (obj.data as Record<string, unknown> | undefined) ?? {};
       if (!Object.hasOwn(data, ref.key)) {
-        if (optional) continue;
+        if (optional) return;
         throw new NodeletError('NOT_FOUND', `couldn't find key ${ref.key} in ${kind === 'configMap' ? 'ConfigMap' : 'Secret'} ${ns}/${ref.name}`, REASON);
       }
-      value = fetched(what, kind, ref.name ?? '', ref.key, data[ref.key], overhead);
+      value = this.fetched(what, kind, ref.name ?? '', ref.key, data[ref.key], overhead);
     } else {
       throw new NodeletError('INVALID_ARGUMENT', `env ${e.name}: valueFrom has no source nodelet supports (fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef)`, REASON);
     }
-    vars.set(e.name, value);
+    this.vars.set(e.name, value);
   }
 
-  // The Service variables the container does not set itself, counted together: they are
-  // short ASCII (service-env.ts), and a namespace may have thousands of them.
-  const envs = [...vars].map(([key, value]) => ({ key, value }));
-  let serviceBytes = 0;
-  let services = 0;
-  for (const [key, value] of serviceEnv) {
-    if (vars.has(key)) continue;
-    envs.push({ key, value });
-    serviceBytes += key.length + value.length + 2;
-    services++;
+  /**
+   * The variables, then the Service variables the container does not set itself, counted
+   * together: they are short ASCII (service-env.ts), and a namespace may have thousands.
+   */
+  withServiceVars(): { key: string; value: string }[] {
+    const envs = [...this.vars].map(([key, value]) => ({ key, value }));
+    let serviceBytes = 0;
+    let services = 0;
+    for (const [key, value] of this.serviceEnv) {
+      if (this.vars.has(key)) continue;
+      envs.push({ key, value });
+      serviceBytes += key.length + value.length + 2;
+      services++;
+    }
+    if (services) this.budget.reserve(`env: the ${services} Service variables (enableServiceLinks: false leaves out those of the pod's namespace)`, serviceBytes);
+    return envs;
   }
-  if (services) budget.reserve(`env: the ${services} Service variables (enableServiceLinks: false leaves out those of the pod's namespace)`, serviceBytes);
-  return {
-    envs,
-    command: (c.command ?? []).map((s, i) => budget.expand(`command[${i}]`, s, lookup, 1)),
-    args: (c.args ?? []).map((s, i) => budget.expand(`args[${i}]`, s, lookup, 1)),
-    warnings,
-  };
 }
