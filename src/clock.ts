@@ -9,6 +9,9 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
+/** The longest delay setTimeout honours. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 export const realClock: Clock = {
   now: () => Date.now(),
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -21,10 +24,20 @@ export const realClock: Clock = {
         clearTimeout(t);
         reject(signal!.reason);
       };
-      const t = setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, ms);
+      // setTimeout takes at most 2^31-1 ms (24.8 days): a longer delay would fire at once
+      // (a year-long certificate's renewal point is months away), so it waits in steps.
+      const end = Date.now() + ms;
+      const arm = (left: number): NodeJS.Timeout =>
+        setTimeout(() => {
+          const rest = end - Date.now();
+          if (rest > 0) {
+            t = arm(rest);
+            return;
+          }
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        }, Math.min(left, MAX_TIMEOUT_MS));
+      let t = arm(ms);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   },

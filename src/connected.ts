@@ -30,9 +30,12 @@ import { PodStatusWriter } from './pods/status/status-writer.js';
 import type { PodStatus } from 'kubernetes-types/core/v1.js';
 import type { RuntimeState } from './runtime/health.js';
 import type { Image } from './runtime/types.js';
-import { reservedResources } from './node/status.js';
+import { nodeRegistration, reservedResources } from './node/status.js';
+import type { RegistrationFlags } from './kubelet-flags.js';
 import type { ReviewClient } from './server/auth.js';
 import { KUBELET_VERSION, VERSION } from './version.js';
+import { isFeatureEnabled } from './config/feature-gates.js';
+import type { ServingCertificateManager } from './controlplane/serving-cert.js';
 
 export type { ControlPlanePorts } from './controlplane/adapter.js';
 
@@ -75,6 +78,8 @@ export interface NodeMode {
   apiNode?(): Node | undefined;
   /** Token and access reviews for the HTTPS server's webhook modes (standalone: none). */
   readonly reviews?: ReviewClient;
+  /** `serverTLSBootstrap`: the serving certificate the cluster issues, for the HTTPS server (standalone: none). */
+  readonly servingCertificates?: ServingCertificateManager;
   /** The pod sources besides static files. */
   readonly podSources: readonly SourceName[];
   /** The static pods changed (connected: their mirror pods follow). */
@@ -114,17 +119,45 @@ export async function nodeModeFor(kubeconfig: string | undefined, o: ConnectedOp
     eventLimiter: clientGoLimit(o.config.eventRecordQPS, o.config.eventBurst, o.clock),
     ...(rotation ? { clientCertificate: { cert: rotation.access.cert, key: rotation.access.key } } : {}),
   });
-  if (!rotation) return connectedMode(ports, o);
-  const { ClientCertificateRotator } = await import('./controlplane/rotation.js');
-  const rotator = new ClientCertificateRotator({
-    ...rotation,
-    certDir: o.certDir!,
+  let rotator: import('./controlplane/rotation.js').ClientCertificateRotator | undefined;
+  if (rotation) {
+    const { ClientCertificateRotator } = await import('./controlplane/rotation.js');
+    rotator = new ClientCertificateRotator({
+      ...rotation,
+      certDir: o.certDir!,
+      nodeName: o.identity.nodeName,
+      clock: o.clock,
+      logger: o.logger,
+      apply: (cert, key) => ports.setClientCertificate?.(cert, key),
+    });
+  }
+  // serverTLSBootstrap: serving certificate requests, made with the credentials in use (a rotated pair's once there is one).
+  const serving = servingTlsBootstrap(o.config) ? await servingManager(kubeconfig, o, () => rotator?.current) : undefined;
+  return connectedMode(ports, { ...o, ...(rotator ? { certificateRotation: rotator } : {}), ...(serving ? { servingCertificates: serving } : {}) });
+}
+
+/** Whether serving certificates come from the cluster: `serverTLSBootstrap` and the gate RotateKubeletServerCertificate (the kubelet's condition). */
+export function servingTlsBootstrap(cfg: KubeletConfiguration): boolean {
+  return cfg.serverTLSBootstrap === true && isFeatureEnabled(cfg, 'RotateKubeletServerCertificate');
+}
+
+/** The serving certificate manager of a connected node: its stored pair read now, its requests sent once started. */
+async function servingManager(kubeconfig: string, o: ConnectedOptions, clientPair: () => { cert: string; key: string } | undefined): Promise<ServingCertificateManager> {
+  const [{ ServingCertificateManager, controlPlaneRequester }, { loadKubeconfig }] = await Promise.all([import('./controlplane/serving-cert.js'), import('./controlplane/kubeconfig.js')]);
+  const access = loadKubeconfig(kubeconfig);
+  const log = o.logger.child({ component: 'serving-certificate' });
+  return ServingCertificateManager.load({
     nodeName: o.identity.nodeName,
+    hostname: o.identity.hostname,
+    ips: o.identity.ips,
+    certDir: o.certDir ?? '/var/lib/kubelet/pki',
+    ...(o.config.tlsCertFile ? { tlsCertFile: o.config.tlsCertFile } : {}),
+    ...(o.config.tlsPrivateKeyFile ? { tlsPrivateKeyFile: o.config.tlsPrivateKeyFile } : {}),
+    allowDnsOnly: isFeatureEnabled(o.config, 'AllowDNSOnlyNodeCSR'),
+    request: controlPlaneRequester(() => ({ ...access, ...(clientPair() ?? {}) }), o.clock, log),
     clock: o.clock,
     logger: o.logger,
-    apply: (cert, key) => ports.setClientCertificate?.(cert, key),
   });
-  return connectedMode(ports, { ...o, certificateRotation: rotator });
 }
 
 /**
@@ -157,8 +190,12 @@ export interface ConnectedOptions {
   bootstrap?: { kubeconfig: string; certDir: string; signal: AbortSignal };
   /** `--cert-dir`: where rotated client certificates go (`rotateCertificates`). */
   certDir?: string;
+  /** `--node-labels`, `--cloud-provider` (and `--node-ip` with it): what the Node registers with besides the config's taints and providerID. */
+  registration?: RegistrationFlags;
   /** Set by nodeModeFor with `rotateCertificates`: the loop renewing the client certificate. */
   certificateRotation?: { start(signal: AbortSignal): void; stop(): Promise<void> };
+  /** Set by nodeModeFor with `serverTLSBootstrap`: the serving certificate manager. */
+  servingCertificates?: ServingCertificateManager;
 }
 
 /**
@@ -178,6 +215,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     name: 'connected',
     events,
     reviews: cp.reviews,
+    ...(o.servingCertificates ? { servingCertificates: o.servingCertificates } : {}),
     ...(cp.objects ? { objects: cp.objects } : {}),
     apiNode: () => cp.nodes.watchedNode?.(identity.nodeName)?.node,
     podSources: ['api'],
@@ -185,6 +223,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     services(ctx) {
       const machine = readMachineFacts();
       const reserved = reservedResources(cfg.kubeReserved, cfg.systemReserved);
+      const registration = nodeRegistration({ ...o.registration, ...(cfg.registerWithTaints ? { registerWithTaints: cfg.registerWithTaints } : {}), ...(cfg.providerID ? { providerID: cfg.providerID } : {}) });
       // Pressure conditions from the node's measured state against evictionHard.
       const pressure = new PressureMonitor({
         reader: new SignalReader({
@@ -223,6 +262,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
             kubeletVersion: `${KUBELET_VERSION}-nodelet.${VERSION}`,
             runtime: ctx.runtimeState(),
             pressure: decided,
+            registration,
           };
         },
       });
@@ -252,6 +292,7 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
       return [
         { name: 'control-plane-client', start: () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
         ...(o.certificateRotation ? [{ name: 'certificate-rotation', start: (signal: AbortSignal) => o.certificateRotation!.start(signal), stop: () => o.certificateRotation!.stop() }] : []),
+        ...(o.servingCertificates ? [{ name: 'serving-certificate', start: (signal: AbortSignal) => o.servingCertificates!.start(signal), stop: () => o.servingCertificates!.stop() }] : []),
         { name: 'events', start: () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
         {
           name: 'api-pods',

@@ -13,15 +13,31 @@ import { resolveNodeIdentity } from './node-identity.js';
 import { Daemon, type NodeletFlags } from './daemon.js';
 import { loadConfig, renderConfig, parseFeatureGates, ConfigError, type LoadedConfig } from './config/index.js';
 
-import { VERSION } from './version.js';
+import { KUBELET_VERSION, VERSION } from './version.js';
 import { nodeModeFor } from './connected.js';
 import { realClock } from './clock.js';
 import { isHostRefusal, runHostCheckPass } from './node/host-facts.js';
 import { refusals, renderHostChecks } from './node/host-checks.js';
+import { CONFIG_FLAGS, IGNORED_FLAGS, REMOVED_FLAGS, configFlagOverrides, ignoredFlagWarnings, refuseRemovedFlags, registrationFlags } from './kubelet-flags.js';
+
+/**
+ * The kubelet's flags that kubeadm and the managed node images pass (src/kubelet-flags.ts):
+ * those setting config fields, `--node-labels`, `--cloud-provider`, the ignored ones with
+ * their warning, and the removed ones (hidden, refused naming the release that removed them).
+ */
+function addKubeletFlags(cmd: Command): Command {
+  cmd
+    .option('--node-labels <k=v[,k=v]>', 'labels the Node registers with, merged over the well-known ones; kubernetes.io/k8s.io keys only in the kubelet\'s allowed set (node.kubernetes.io/*, kubelet.kubernetes.io/*, topology.kubernetes.io/zone, ...)')
+    .option('--cloud-provider <name>', '"external" (a cloud controller manager initializes the Node: registered with the node.cloudprovider.kubernetes.io/uninitialized taint) or empty');
+  for (const f of CONFIG_FLAGS) cmd.option(`--${f.flag} <value>`, f.help);
+  for (const f of IGNORED_FLAGS) cmd.option(`--${f.flag} <value>`, f.help);
+  for (const flag of Object.keys(REMOVED_FLAGS)) cmd.addOption(new Option(`--${flag} <value>`).hideHelp());
+  return cmd;
+}
 
 /** Flags shared by the daemon and `config view`. Their help is the operator's documentation. */
 function addCommonOptions(cmd: Command): Command {
-  return cmd
+  return addKubeletFlags(cmd)
     .option('--config <file>', 'KubeletConfiguration file (kubelet.config.k8s.io/v1beta1), YAML or JSON')
     .option('--config-dir <dir>', 'directory of drop-in *.conf KubeletConfiguration files, merged over --config in lexical order of their paths')
     .option('--root-dir <dir>', 'directory for nodelet files (checkpoints, seccomp profiles, pki)', '/var/lib/kubelet')
@@ -56,7 +72,8 @@ function addCommonOptions(cmd: Command): Command {
 
 /** Builds the KubeletConfiguration-shaped overrides of the flags given (values still raw strings where the config validates them). */
 export function flagOverrides(o: OptionValues): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+  refuseRemovedFlags(o);
+  const out: Record<string, unknown> = configFlagOverrides(o);
   const num = (name: string, v: string) => {
     if (!/^\d+$/.test(v)) throw new NodeletError('INVALID_ARGUMENT', `--${name}: "${v}" is not a non-negative integer`);
     return Number(v);
@@ -178,6 +195,8 @@ async function runDaemon(cmd: Command): Promise<number> {
     const flags = nodeletFlags(cmd, o);
     const loaded = await load(o);
     applyConfigVerbosity(logger, cmd, loaded.config.logging);
+    for (const w of ignoredFlagWarnings(o)) logger.warn(w);
+    const registration = registrationFlags(o);
     const identity = resolveNodeIdentity({ hostnameOverride: o.hostnameOverride, nodeIp: o.nodeIp });
     // Connected mode: the kubeconfig is read now, so a bad one stops startup before the lock.
     // With --bootstrap-kubeconfig a missing or expired one is bootstrapped first, which waits
@@ -188,7 +207,7 @@ async function runDaemon(cmd: Command): Promise<number> {
     process.once('SIGINT', cancel);
     try {
       const bootstrap = flags.bootstrapKubeconfig !== undefined ? { kubeconfig: flags.bootstrapKubeconfig, certDir: flags.certDir, signal: bootstrapping.signal } : undefined;
-      const mode = await nodeModeFor(flags.kubeconfig, { identity, config: loaded.config, clock: realClock, logger, certDir: flags.certDir, ...(bootstrap ? { bootstrap } : {}) });
+      const mode = await nodeModeFor(flags.kubeconfig, { identity, config: loaded.config, clock: realClock, logger, certDir: flags.certDir, registration, ...(bootstrap ? { bootstrap } : {}) });
       daemon = new Daemon({ flags, loaded, identity, logger, mode });
     } finally {
       process.off('SIGTERM', cancel);
@@ -252,7 +271,8 @@ export function buildProgram(): Command {
   const program = addCommonOptions(
     new Command('nodelet')
       .description('A Kubernetes node agent: runs the node\'s pods through the container runtime (CRI), standalone or with a control plane.')
-      .version(VERSION, '--version')
+      // The kubelet's form (`Kubernetes v1.35.0`), which kubeadm's preflight parses from `kubelet --version`.
+      .version(`Kubernetes ${KUBELET_VERSION}-nodelet.${VERSION}`, '--version')
       .enablePositionalOptions(),
   ).action(async (_opts, cmd: Command) => {
     process.exitCode = await runDaemon(cmd);

@@ -81,7 +81,7 @@ export interface KubeletConfiguration {
   /** accepted */ tlsCipherSuites?: string[];
   /** accepted */ tlsMinVersion?: string;
   /** accepted */ rotateCertificates?: boolean;
-  /** accepted */ serverTLSBootstrap?: boolean;
+  /** A serving certificate from the cluster (kubelet-serving CSR), src/server/serving-cert.ts. */ serverTLSBootstrap?: boolean;
   authentication: KubeletAuthentication;
   authorization: KubeletAuthorization;
   enableDebuggingHandlers: boolean;

@@ -32,6 +32,7 @@ import type { PodStatusApi } from '../pods/status/status-writer.js';
 import type { ReviewClient, SubjectAccessReviewSpec } from '../server/auth.js';
 import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
 import { loadKubeconfig } from './kubeconfig.js';
+import { sharedExecCredentials } from './exec-credential.js';
 import { dropManagedFields, Reflector } from './reflector.js';
 import type { RateLimiter } from './rate-limit.js';
 import { ThrottledDelivery } from './throttle.js';
@@ -90,13 +91,16 @@ export interface ControlPlanePorts {
 
 export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger, o: PortsOptions = {}): ControlPlanePorts {
   const access = { ...loadKubeconfig(kubeconfig), ...(o.clientCertificate ?? {}) };
-  const client = new ControlPlaneClient({ access, ...(o.apiLimiter ? { limiter: o.apiLimiter } : {}) });
+  const log = logger.child({ component: 'control-plane' });
+  // A credential plugin (kubeconfig `exec`): one for the three clients, its failures logged.
+  const credentials = access.exec ? sharedExecCredentials(access.exec, { logger: log.child({ component: 'credential-plugin' }) }) : undefined;
+  const cred = credentials ? { credentials } : {};
+  const client = new ControlPlaneClient({ access, ...cred, ...(o.apiLimiter ? { limiter: o.apiLimiter } : {}) });
   // Events: best effort, a queue sending one at a time (src/events.ts); two connections.
-  const eventClient = new ControlPlaneClient({ access, connections: 2, ...(o.eventLimiter ? { limiter: o.eventLimiter } : {}) });
+  const eventClient = new ControlPlaneClient({ access, ...cred, connections: 2, ...(o.eventLimiter ? { limiter: o.eventLimiter } : {}) });
   // The heartbeat client: no rate limit; two connections of its own, so a Lease renewal and a
   // Node status patch never queue behind each other.
-  const heartbeat = new ControlPlaneClient({ access, connections: 2, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
-  const log = logger.child({ component: 'control-plane' });
+  const heartbeat = new ControlPlaneClient({ access, ...cred, connections: 2, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
   const objects = new ControlPlaneObjects({ client, logger: log.child({ component: 'api-objects' }) });
   const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
   let reflector: Reflector<Pod> | undefined;

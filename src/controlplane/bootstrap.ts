@@ -149,16 +149,17 @@ export function pemTimestamp(ms: number): string {
 
 /**
  * Stores a certificate and its key as the kubelet's file store: the dated pem (0600,
- * atomic), then `kubelet-client-current.pem` re-pointed by renaming a new link over it.
+ * atomic), then `<pair>-current.pem` re-pointed by renaming a new link over it. `pair` is
+ * the store's name: `kubelet-client` (default) or `kubelet-server` (serving certificates).
  * Returns the path of the current link.
  */
-export async function storeClientPair(certDir: string, certPem: string, keyPem: string, now: number): Promise<string> {
-  const dated = path.join(certDir, `kubelet-client-${pemTimestamp(now)}.pem`);
+export async function storeClientPair(certDir: string, certPem: string, keyPem: string, now: number, pair = 'kubelet-client'): Promise<string> {
+  const dated = path.join(certDir, `${pair}-${pemTimestamp(now)}.pem`);
   await writeFileAtomic(dated, `${certPem.trimEnd()}\n${keyPem.trimEnd()}\n`, 0o600);
-  const updated = path.join(certDir, 'kubelet-client-updated');
+  const updated = path.join(certDir, `${pair}-updated`);
   await fsp.rm(updated, { force: true });
   await fsp.symlink(dated, updated);
-  const current = path.join(certDir, CURRENT_PEM);
+  const current = path.join(certDir, `${pair}-current.pem`);
   await fsp.rename(updated, current);
   return current;
 }

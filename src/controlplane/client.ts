@@ -5,8 +5,9 @@
  * sends `User-Agent: nodelet/<version>` and `Accept-Encoding: gzip` and decompresses the answer. Each call has a deadline
  * (`timeoutMs`, default 30 s) and honours the caller's AbortSignal; a watch has no
  * deadline (the reflector keeps its own inactivity timer). Every failure is a NodeletError
- * from errors.ts. The client does not retry: retries live in loops (reflector,
- * retryOnConflict).
+ * from errors.ts. The client does not retry (retries live in loops: reflector,
+ * retryOnConflict), but for one case: with a credential plugin (kubeconfig `exec`,
+ * exec-credential.ts), a 401 runs the plugin again and the request is sent once more.
  *
  * Every answer is bounded as it is read, decompressed bytes counted (BODY_LIMITS): a body
  * past its bound is abandoned (its connection destroyed) with an error naming the request,
@@ -20,6 +21,7 @@ import zlib from 'node:zlib';
 import { NodeletError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { decodeStatus, transportError } from './errors.js';
+import { sharedExecCredentials, type Credential, type CredentialSource } from './exec-credential.js';
 import type { ClusterAccess } from './kubeconfig.js';
 import { noLimit, type RateLimiter } from './rate-limit.js';
 
@@ -177,6 +179,11 @@ export interface ClientOptions {
   limiter?: RateLimiter;
   /** Bounds of the answers (default BODY_LIMITS; tests use smaller ones). */
   bodyLimits?: Partial<typeof BODY_LIMITS>;
+  /**
+   * Where each request's credential comes from when the kubeconfig's user is a credential
+   * plugin (default: the plugin shared by every client of `access.exec`).
+   */
+  credentials?: CredentialSource;
 }
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -233,6 +240,9 @@ export class ControlPlaneClient {
   readonly #host: string;
   readonly #limiter: RateLimiter;
   readonly #limits: typeof BODY_LIMITS;
+  readonly #credentials: CredentialSource | undefined;
+  /** The client certificate of the plugin's credential the pool presents, to notice a new one. */
+  #pluginCert: string | undefined;
   /** Requests not finished yet (their bodies not consumed), for close(). */
   readonly #inFlight = new Set<http.ClientRequest>();
   #idle: (() => void) | undefined;
@@ -246,6 +256,7 @@ export class ControlPlaneClient {
     this.#timeoutMs = o.timeoutMs ?? 30_000;
     this.#limiter = o.limiter ?? noLimit;
     this.#limits = { ...BODY_LIMITS, ...o.bodyLimits };
+    this.#credentials = o.credentials ?? (o.access.exec ? sharedExecCredentials(o.access.exec) : undefined);
     this.#http = this.server.startsWith('http:') ? http : https;
     this.#agentOptions = {
       keepAlive: true,
@@ -292,7 +303,37 @@ export class ControlPlaneClient {
    * calls once the body is consumed (the deadline and the caller's abort cover the body too).
    * A stream (watch) has no deadline and is aborted by the caller's signal alone.
    */
-  async #send(r: Req, stream: boolean): Promise<{ res: Answer; done: () => void }> {
+  /**
+   * #send with the credential plugin's credential (none: the kubeconfig's, in the pool and the
+   * headers). A 401 answered to a plugin's credential is retried once with a fresh one: the
+   * API server authenticates before anything else, so the refused request did nothing.
+   */
+  async #exchange(r: Req, stream: boolean): Promise<{ res: Answer; done: () => void }> {
+    if (!this.#credentials) return this.#send(r, stream);
+    const first = await this.#sendWith(r, stream);
+    if (first.answer.res.statusCode !== 401) return first.answer;
+    first.answer.res.body.destroy();
+    first.answer.done();
+    this.#credentials.refresh(first.cred);
+    return (await this.#sendWith(r, stream)).answer;
+  }
+
+  async #sendWith(r: Req, stream: boolean): Promise<{ cred: Credential; answer: { res: Answer; done: () => void } }> {
+    let cred: Credential;
+    try {
+      cred = await this.#credentials!.get(r.signal);
+    } catch (err) {
+      throw transportError(err, { method: r.method, path: r.path, cancelled: !!r.signal?.aborted, timedOut: false });
+    }
+    // A new certificate from the plugin: a new pool presenting it (client-go closes its connections too).
+    if (cred.cert && cred.key && cred.cert !== this.#pluginCert) {
+      this.#pluginCert = cred.cert;
+      this.setClientCertificate(cred.cert, cred.key);
+    }
+    return { cred, answer: await this.#send(r, stream, cred.token) };
+  }
+
+  async #send(r: Req, stream: boolean, token?: string): Promise<{ res: Answer; done: () => void }> {
     // The rate limiter's wait comes first and is not part of the deadline (client-go's
     // Timeout covers the HTTP exchange); the caller's abort ends it.
     try {
@@ -327,7 +368,7 @@ export class ControlPlaneClient {
         req = this.#http.request(this.#url(r.path, r.query), {
           method: r.method,
           agent: this.#agent,
-          headers: { ...this.#headers, ...(body ? { 'content-type': r.contentType ?? 'application/json', 'content-length': String(body.length) } : {}) },
+          headers: { ...this.#headers, ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body ? { 'content-type': r.contentType ?? 'application/json', 'content-length': String(body.length) } : {}) },
           signal: ctl.signal,
         });
         this.#inFlight.add(req);
@@ -418,7 +459,7 @@ export class ControlPlaneClient {
 
   /** One JSON request; 2xx -> the decoded body, otherwise the mapped NodeletError. */
   async request<T>(r: Req): Promise<T> {
-    const { res, done } = await this.#send(r, false);
+    const { res, done } = await this.#exchange(r, false);
     let text: string;
     try {
       const b = this.#bound(r, res.statusCode);
@@ -573,7 +614,7 @@ export class ControlPlaneClient {
       labelSelector: o.labelSelector,
       fieldSelector: o.name ? [`metadata.name=${o.name}`, o.fieldSelector].filter(Boolean).join(',') : o.fieldSelector,
     };
-    const { res, done } = await this.#send({ method: 'GET', path, query, signal: o.signal }, true);
+    const { res, done } = await this.#exchange({ method: 'GET', path, query, signal: o.signal }, true);
     if (res.statusCode < 200 || res.statusCode >= 300) {
       const b = this.#bound({ method: 'GET', path, resource: t.resource }, res.statusCode);
       const text = await ControlPlaneClient.#text(res, b.limit, b.tooLarge).catch(() => '');

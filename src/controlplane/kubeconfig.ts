@@ -1,7 +1,8 @@
 /**
  * Reads a kubeconfig (YAML or JSON) the way kubectl does: the current context selects a
  * cluster (server URL, CA from `certificate-authority` or `-data`) and a user (client
- * certificate/key from file or `-data`, `token` or `tokenFile`). Relative paths are
+ * certificate/key from file or `-data`, `token` or `tokenFile`, or an `exec` credential plugin,
+ * validated here and run by exec-credential.ts). Relative paths are
  * relative to the kubeconfig's directory. `insecure-skip-tls-verify: true` is refused
  * unless the caller passes `allowInsecure`. Every error is CONFIG_INVALID and names the
  * file and the field, e.g. `<file>: users[0].user.client-certificate: cannot read /x: ENOENT`.
@@ -15,6 +16,7 @@ import path from 'node:path';
 import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import { parseYamlSync } from '../system/bounded-parse.js';
 import { FILE_LIMITS, readBoundedTextSync } from '../system/safe-file.js';
+import { EXEC_API_VERSIONS, type ExecClusterInfo, type ExecConfig, type InteractiveMode } from './exec-credential.js';
 
 export interface ClusterAccess {
   /** The kubeconfig file (absolute), for messages. */
@@ -28,6 +30,11 @@ export interface ClusterAccess {
   key?: string;
   /** Bearer token. */
   token?: string;
+  /**
+   * A credential plugin (`exec`), when the user has neither a token nor a client certificate
+   * (as client-go: a static credential wins over the plugin): run by exec-credential.ts.
+   */
+  exec?: ExecConfig;
   /** The context's namespace, `default` when unset. */
   namespace: string;
   /** True only when the file says so and the caller allowed it. */
@@ -155,9 +162,9 @@ export function accessFrom(file: string, doc: unknown, opts: KubeconfigOptions =
   const userName = str(file, ctx.value, ctx.field, 'user');
   if (userName) {
     const user = lookup(file, doc, 'users', userName, 'user', `${ctx.field}.user`);
-    // Credential plugins run programs and refresh tokens; a node agent is given files instead.
-    for (const k of ['exec', 'auth-provider']) {
-      if (user.value[k] !== undefined && user.value[k] !== null) throw invalid(file, `${user.field}.${k}`, 'not supported by nodelet (use client-certificate/client-key or token/tokenFile)');
+    // auth-provider (gcp, azure, oidc) was removed from client-go in 1.26: exec replaced it.
+    if (user.value['auth-provider'] !== undefined && user.value['auth-provider'] !== null) {
+      throw invalid(file, `${user.field}.auth-provider`, 'not supported (removed from client-go in 1.26; use an exec credential plugin, client-certificate/client-key or token/tokenFile)');
     }
     const cert = pem(file, user.value, user.field, 'client-certificate');
     const key = pem(file, user.value, user.field, 'client-key');
@@ -177,6 +184,72 @@ export function accessFrom(file: string, doc: unknown, opts: KubeconfigOptions =
         access.token = t;
       }
     }
+    const exec = user.value['exec'];
+    if (exec !== undefined && exec !== null && !access.token && !access.cert) {
+      access.exec = parseExecConfig(file, `${user.field}.exec`, exec, clusterInfo(file, cluster.value, cluster.field, access));
+    }
   }
   return access;
+}
+
+/** What a plugin with `provideClusterInfo` is told of the cluster (client.authentication.k8s.io Cluster). */
+function clusterInfo(file: string, c: Obj, field: string, access: ClusterAccess): ExecClusterInfo {
+  const info: ExecClusterInfo = { server: access.server };
+  const sni = str(file, c, field, 'tls-server-name');
+  if (sni) info['tls-server-name'] = sni;
+  if (access.insecureSkipTlsVerify) info['insecure-skip-tls-verify'] = true;
+  if (access.ca) info['certificate-authority-data'] = Buffer.from(access.ca).toString('base64');
+  const proxy = str(file, c, field, 'proxy-url');
+  if (proxy) info['proxy-url'] = proxy;
+  if (c['disable-compression'] === true) info['disable-compression'] = true;
+  const ext = Array.isArray(c['extensions']) ? (c['extensions'] as unknown[]).find((e) => isObj(e) && e.name === 'client.authentication.k8s.io/exec') : undefined;
+  if (isObj(ext) && ext.extension !== undefined) info.config = ext.extension;
+  return info;
+}
+
+const INTERACTIVE_MODES: readonly InteractiveMode[] = ['Never', 'IfAvailable', 'Always'];
+
+/**
+ * A user's `exec`, validated as clientcmd validates it: `command` and `apiVersion` required
+ * (v1 or v1beta1; v1alpha1 was removed in 1.24), `interactiveMode` required for v1
+ * (v1beta1: IfAvailable), `env` entries with a name. `Always` needs a terminal, which a node
+ * agent never has: refused here, naming the field.
+ */
+export function parseExecConfig(file: string, field: string, v: unknown, cluster: ExecClusterInfo): ExecConfig {
+  if (!isObj(v)) throw invalid(file, field, 'must be a mapping');
+  const command = str(file, v, field, 'command');
+  if (!command) throw invalid(file, `${field}.command`, 'missing');
+  const apiVersion = str(file, v, field, 'apiVersion');
+  if (!apiVersion) throw invalid(file, `${field}.apiVersion`, 'missing');
+  if (!(EXEC_API_VERSIONS as readonly string[]).includes(apiVersion)) throw invalid(file, `${field}.apiVersion`, `"${apiVersion}" is not one of ${EXEC_API_VERSIONS.join(', ')}`);
+  const args = v['args'] ?? [];
+  if (!Array.isArray(args) || !args.every((a) => typeof a === 'string')) throw invalid(file, `${field}.args`, 'must be a list of strings');
+  const envList = v['env'] ?? [];
+  if (!Array.isArray(envList)) throw invalid(file, `${field}.env`, 'must be a list of {name, value}');
+  const env = envList.map((e, i) => {
+    if (!isObj(e) || typeof e.name !== 'string' || !e.name) throw invalid(file, `${field}.env[${i}].name`, 'missing');
+    if (e.value !== undefined && e.value !== null && typeof e.value !== 'string') throw invalid(file, `${field}.env[${i}].value`, 'must be a string');
+    return { name: e.name, value: typeof e.value === 'string' ? e.value : '' };
+  });
+  let mode = str(file, v, field, 'interactiveMode');
+  if (!mode) {
+    if (apiVersion === 'client.authentication.k8s.io/v1') throw invalid(file, `${field}.interactiveMode`, 'must be specified for client.authentication.k8s.io/v1 (Never, for a node agent)');
+    mode = 'IfAvailable';
+  }
+  if (!(INTERACTIVE_MODES as readonly string[]).includes(mode)) throw invalid(file, `${field}.interactiveMode`, `"${mode}" is not one of ${INTERACTIVE_MODES.join(', ')}`);
+  if (mode === 'Always') throw invalid(file, `${field}.interactiveMode`, 'Always needs a terminal, which nodelet never has (use Never)');
+  const pci = v['provideClusterInfo'];
+  if (pci !== undefined && pci !== null && typeof pci !== 'boolean') throw invalid(file, `${field}.provideClusterInfo`, 'must be true or false');
+  const installHint = str(file, v, field, 'installHint');
+  return {
+    command,
+    args: args as string[],
+    env,
+    apiVersion: apiVersion as ExecConfig['apiVersion'],
+    ...(installHint ? { installHint } : {}),
+    provideClusterInfo: pci === true,
+    interactiveMode: mode as InteractiveMode,
+    cluster,
+    origin: `${file}: ${field}`,
+  };
 }

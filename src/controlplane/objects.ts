@@ -22,7 +22,8 @@
  * object they wanted; "not found" is undefined.
  */
 import type { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-types/core/v1.js';
-import type { Clock } from '../clock.js';
+import type { RuntimeClass } from 'kubernetes-types/node/v1.js';
+import { realClock, type Clock } from '../clock.js';
 import { errorMessage, NodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ApiObjects, IssuedToken, ObjectRef, TokenRequestSpec } from '../pods/objects/objects.js';
@@ -34,6 +35,14 @@ export const CONFIGMAPS: ResourceType = { group: '', version: 'v1', resource: 'c
 export const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', namespaced: true };
 export const SERVICEACCOUNTS: ResourceType = { group: '', version: 'v1', resource: 'serviceaccounts', namespaced: true };
 export const SERVICES: ResourceType = { group: '', version: 'v1', resource: 'services', namespaced: true };
+export const RUNTIMECLASSES: ResourceType = { group: 'node.k8s.io', version: 'v1', resource: 'runtimeclasses', namespaced: false };
+
+/**
+ * How long a RuntimeClass read (found or not) answers the next lookups of that name. It is
+ * read once per sandbox creation, so pods started together share one GET, and a class
+ * created or changed after a refusal is seen by the pod's next sandbox attempt.
+ */
+export const RUNTIME_CLASS_CACHE_MS = 5_000;
 
 const TYPES: Record<ObjectRef['kind'], { type: ResourceType; what: string }> = {
   ConfigMap: { type: CONFIGMAPS, what: 'configmap' },
@@ -72,6 +81,8 @@ export class ControlPlaneObjects implements ApiObjects {
   /** Each registered pod's references (keys of #watched). */
   readonly #pods = new Map<string, string[]>();
   readonly #listeners = new Set<(ref: ObjectRef) => void>();
+  /** RuntimeClass reads by name (in flight or answered), each until `until`. */
+  readonly #runtimeClasses = new Map<string, { until: number; read: Promise<RuntimeClass | undefined> }>();
   #closed = false;
 
   constructor(o: ControlPlaneObjectsOptions) {
@@ -90,6 +101,20 @@ export class ControlPlaneObjects implements ApiObjects {
     return this.#get<ServiceAccount>(SERVICEACCOUNTS, 'serviceaccount', namespace, name);
   }
 
+  /** A GET of `runtimeclasses/<name>`, shared for RUNTIME_CLASS_CACHE_MS (a failed read is not kept). */
+  runtimeClass(name: string): Promise<RuntimeClass | undefined> {
+    const now = (this.#o.clock ?? realClock).now();
+    const hit = this.#runtimeClasses.get(name);
+    if (hit && now < hit.until) return hit.read;
+    for (const [k, v] of this.#runtimeClasses) if (now >= v.until) this.#runtimeClasses.delete(k);
+    const read = this.#getCluster<RuntimeClass>(RUNTIMECLASSES, 'runtimeclass', name);
+    this.#runtimeClasses.set(name, { until: now + RUNTIME_CLASS_CACHE_MS, read });
+    read.catch(() => {
+      if (this.#runtimeClasses.get(name)?.read === read) this.#runtimeClasses.delete(name);
+    });
+    return read;
+  }
+
   async services(namespace: string): Promise<Service[]> {
     try {
       return (await this.#o.client.listAll<Service>(SERVICES, { namespace })).items;
@@ -100,7 +125,7 @@ export class ControlPlaneObjects implements ApiObjects {
 
   async requestToken(namespace: string, serviceAccount: string, spec: TokenRequestSpec): Promise<IssuedToken> {
     const what = `cannot request a token for service account "${namespace}/${serviceAccount}"`;
-    let r: { status?: { token?: string; expirationTimestamp?: string } };
+    let r: { spec?: { expirationSeconds?: unknown }; status?: { token?: string; expirationTimestamp?: string } };
     try {
       r = await this.#o.client.request({
         method: 'POST',
@@ -120,7 +145,8 @@ export class ControlPlaneObjects implements ApiObjects {
     if (typeof token !== 'string' || token === '' || typeof exp !== 'string' || !Number.isFinite(Date.parse(exp))) {
       throw new NodeletError('INTERNAL', `${what}: the answer has no status.token or no valid status.expirationTimestamp`);
     }
-    return { token, expirationTimestamp: exp };
+    const granted = r.spec?.expirationSeconds;
+    return { token, expirationTimestamp: exp, ...(typeof granted === 'number' && Number.isInteger(granted) && granted > 0 ? { expirationSeconds: granted } : {}) };
   }
 
   registerPod(pod: Parameters<NonNullable<ApiObjects['registerPod']>>[0]): void {
@@ -228,6 +254,15 @@ export class ControlPlaneObjects implements ApiObjects {
     // Read before its watch listed: an immutable one needs no watch at all.
     if (w && this.#watched.get(refKey(ref)) === w && isImmutable(obj)) this.#freeze(w, obj!);
     return obj;
+  }
+
+  async #getCluster<T extends KubeObject>(type: ResourceType, what: string, name: string): Promise<T | undefined> {
+    try {
+      return await this.#o.client.get<T>(type, { name });
+    } catch (err) {
+      if (err instanceof NodeletError && err.code === 'NOT_FOUND') return undefined;
+      throw named(err, `cannot get ${what} "${name}"`);
+    }
   }
 
   async #get<T extends KubeObject>(type: ResourceType, what: string, namespace: string, name: string): Promise<T | undefined> {

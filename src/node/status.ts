@@ -15,7 +15,7 @@
  * (one alone as it is, several as `[a, b]`). `lastTransitionTime` moves only when a
  * condition's status changes; `lastHeartbeatTime` on every report.
  */
-import type { ContainerImage, Node, NodeAddress, NodeCondition, NodeStatus } from 'kubernetes-types/core/v1.js';
+import type { ContainerImage, Node, NodeAddress, NodeCondition, NodeStatus, Taint } from 'kubernetes-types/core/v1.js';
 import { parseQuantity } from '../config/quantity.js';
 import type { RuntimeState } from '../runtime/health.js';
 import type { Image } from '../runtime/types.js';
@@ -60,6 +60,38 @@ export interface NodeFacts {
   /** Per pressure condition: true under pressure, false not, absent when undecided this turn. */
   pressure: PressureDecision;
   info: { machineID: string; systemUUID: string; bootID: string; kernelVersion: string; osImage: string };
+  /** What the Node is registered with besides the well-known labels (nodeRegistration()); absent: nothing more. */
+  registration?: NodeRegistration;
+}
+
+/**
+ * What the kubelet's initialNode adds at registration: `--node-labels` (over the well-known
+ * ones), `registerWithTaints` (`--register-with-taints`) and, with `--cloud-provider=external`,
+ * the `node.cloudprovider.kubernetes.io/uninitialized` taint the cloud controller manager
+ * removes once it initialized the Node, `providerID` (`--provider-id`) as spec.providerID,
+ * and annotations (`alpha.kubernetes.io/provided-node-ip`). Applied only when the Node is
+ * created: a Node that exists keeps what it has (an administrator's `kubectl label`).
+ */
+export interface NodeRegistration {
+  labels?: Record<string, string>;
+  taints?: Taint[];
+  providerID?: string;
+  annotations?: Record<string, string>;
+}
+
+/** The taint of a Node a cloud controller manager has not initialized yet (cloudproviderapi.TaintExternalCloudProvider). */
+export const EXTERNAL_CLOUD_PROVIDER_TAINT: Readonly<Taint> = Object.freeze({ key: 'node.cloudprovider.kubernetes.io/uninitialized', value: 'true', effect: 'NoSchedule' });
+
+/** The registration from the config and the flags, as the kubelet's initialNode builds it. */
+export function nodeRegistration(o: { labels?: Record<string, string>; registerWithTaints?: readonly unknown[]; providerID?: string; externalCloudProvider?: boolean; providedNodeIP?: string }): NodeRegistration {
+  const taints: Taint[] = (o.registerWithTaints ?? []).filter((t): t is Taint => typeof t === 'object' && t !== null && typeof (t as Taint).key === 'string' && typeof (t as Taint).effect === 'string');
+  if (o.externalCloudProvider) taints.push({ ...EXTERNAL_CLOUD_PROVIDER_TAINT });
+  return {
+    ...(o.labels && Object.keys(o.labels).length > 0 ? { labels: { ...o.labels } } : {}),
+    ...(taints.length > 0 ? { taints } : {}),
+    ...(o.providerID ? { providerID: o.providerID } : {}),
+    ...(o.providedNodeIP ? { annotations: { 'alpha.kubernetes.io/provided-node-ip': o.providedNodeIP } } : {}),
+  };
 }
 
 const PRESSURE: { type: PressureType; ok: [string, string]; bad: [string, string]; what: string }[] = [
@@ -249,15 +281,23 @@ export function wellKnownLabels(facts: Pick<NodeFacts, 'hostname' | 'os' | 'arch
   };
 }
 
-/** The Node to create at registration: labels the kubelet always sets, and the first status. */
+/**
+ * The Node to create at registration: the labels the kubelet always sets with `--node-labels`
+ * over them (as the kubelet: a flag's label wins), the registration's taints, providerID and
+ * annotations, and the first status.
+ */
 export function registrationNode(facts: NodeFacts, now: string): Node {
+  const r = facts.registration ?? {};
+  const spec = { ...(r.taints && r.taints.length > 0 ? { taints: r.taints.map((t) => ({ ...t })) } : {}), ...(r.providerID ? { providerID: r.providerID } : {}) };
   return {
     apiVersion: 'v1',
     kind: 'Node',
     metadata: {
       name: facts.nodeName,
-      labels: wellKnownLabels(facts),
+      labels: { ...wellKnownLabels(facts), ...r.labels },
+      ...(r.annotations ? { annotations: { ...r.annotations } } : {}),
     },
+    ...(Object.keys(spec).length > 0 ? { spec } : {}),
     status: nodeStatus(facts, undefined, now),
   };
 }

@@ -46,6 +46,7 @@ import { methodNotAllowed, routeNotFound, statusFor, type FailureStatus } from '
 import { answerClientError, serverLimits } from './http-hardening.js';
 import { parseRequestTarget, type RequestTarget } from './request-target.js';
 import type { StatsSnapshot, Summary } from '../metrics/stats.js';
+import { NO_SERVING_CERTIFICATE, type ServingCertificateSource, type ServingPair } from './serving-source.js';
 
 /** What the metrics and stats routes read (src/metrics builds it; the daemon passes it in). */
 export interface Observability {
@@ -65,9 +66,15 @@ export interface NodeServerOptions {
   address: string;
   port: number;
   tls: {
-    /** PEM serving certificate and key (tls.ts). */
-    cert: string;
-    key: string;
+    /** PEM serving certificate and key (tls.ts): tlsCertFile or the self-signed pair. */
+    cert?: string;
+    key?: string;
+    /**
+     * Instead of cert/key (`serverTLSBootstrap`): the certificate the cluster issued
+     * (serving-cert.ts), swapped in for new connections whenever it changes; while it has
+     * none, every handshake fails.
+     */
+    source?: ServingCertificateSource;
     /** PEM bundle of `authentication.x509.clientCAFile`; set: client certificates are requested and verified against it. */
     clientCA?: string;
   };
@@ -497,24 +504,22 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
   const limits = serverLimits(32 * 1024);
   const router = nodeRouter(o);
   const auth: ServerAuth = { authenticator: o.authenticator, authorizer: o.authorizer, nodeName: o.nodeName, x509: !!o.tls.clientCA };
+  const source = o.tls.source;
   const server = https.createServer(
     {
       ...limits,
       // A client that opens a connection and never finishes the handshake is dropped.
       handshakeTimeout: 10_000,
-      cert: o.tls.cert,
-      key: o.tls.key,
-      minVersion: 'TLSv1.2',
-      // No TLS 1.2 renegotiation (Go's TLS server has none): a connection's client certificate is fixed.
-      secureOptions: crypto.constants.SSL_OP_NO_RENEGOTIATION,
+      ...secureContextOptions(source ? source.current() : o.tls.cert !== undefined && o.tls.key !== undefined ? { cert: o.tls.cert, key: o.tls.key } : undefined, o.tls.clientCA),
       ...(o.tls.clientCA
         ? // Ask for a certificate but let the handshake through without one: tokens and
           // anonymous requests use the same port; auth.ts decides from socket.authorized.
-          { ca: o.tls.clientCA, requestCert: true, rejectUnauthorized: false }
+          { requestCert: true, rejectUnauthorized: false }
         : {}),
     },
     makeHandler(router, log, auth),
   );
+  if (source) swapCertificates(server, source, o.tls.clientCA, log);
   server.on('connect', connectHandler(router, log, auth));
   const st = o.streaming;
   if (!st) return lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
@@ -522,6 +527,43 @@ export function createNodeServer(o: NodeServerOptions): NodeServer {
   const lc = lifecycle(server, limits, o.address, o.port, o.shutdownTimeoutMs ?? 5000, log);
   // Sessions are not requests: the server's graceful close would wait for them for hours.
   return { start: () => lc.start(), stop: () => (st.closeAll(), lc.stop()) };
+}
+
+/** The secure context's options: the serving pair (none: every handshake fails) and the client CA. */
+function secureContextOptions(pair: ServingPair | undefined, clientCA: string | undefined): https.ServerOptions {
+  return {
+    ...(pair ? { cert: pair.cert, key: pair.key } : {}),
+    minVersion: 'TLSv1.2',
+    // No TLS 1.2 renegotiation (Go's TLS server has none): a connection's client certificate is fixed.
+    secureOptions: crypto.constants.SSL_OP_NO_RENEGOTIATION,
+    ...(clientCA ? { ca: clientCA } : {}),
+  };
+}
+
+/**
+ * Serves the source's certificate: each change replaces the server's secure context, which
+ * new handshakes use; connections already open (streaming sessions, watches of logs) keep
+ * theirs. While there is none, handshakes fail and are logged in the kubelet's words (at
+ * most once a minute, with how many).
+ */
+function swapCertificates(server: https.Server, source: ServingCertificateSource, clientCA: string | undefined, log: Logger): void {
+  let has = source.current() !== undefined;
+  source.onChange((pair) => {
+    has = pair !== undefined;
+    server.setSecureContext(secureContextOptions(pair, clientCA));
+    log.info({ serving: has }, has ? 'serving the new certificate on new connections' : 'no serving certificate: handshakes fail until one is issued');
+  });
+  let failed = 0;
+  let lastLog = 0;
+  server.prependListener('tlsClientError', (err: Error, sock: TLSSocket) => {
+    if (has) return;
+    failed++;
+    const now = Date.now();
+    if (now - lastLog < 60_000) return;
+    lastLog = now;
+    log.warn({ remote: sock.remoteAddress, failedHandshakes: failed, err: err.message }, `TLS handshake error from ${sock.remoteAddress ?? 'a client'}: ${NO_SERVING_CERTIFICATE}`);
+    failed = 0;
+  });
 }
 
 /**

@@ -2,7 +2,9 @@
  * The HTTPS server's serving certificate, as the kubelet gets it:
  * - `tlsCertFile` + `tlsPrivateKeyFile` when configured: read as given (never written);
  * - otherwise a self-signed certificate generated once into `<certDir>/kubelet.crt` and
- *   `<certDir>/kubelet.key` and reused on every restart while it is still usable.
+ *   `<certDir>/kubelet.key` and reused on every restart while it is still usable;
+ * - neither with `serverTLSBootstrap` (and its gate): then the cluster issues it
+ *   (serving-cert.ts) and this file is not used (src/wiring/servers.ts decides).
  *
  * Generated: ECDSA P-256 (3-7 ms, against 120-170 ms for RSA 2048), valid one year like
  * the kubelet's, subject CN `<hostname>@<unix seconds>`, SANs = the node's hostname and

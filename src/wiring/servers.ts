@@ -10,6 +10,8 @@ import type { Service } from '../loop.js';
 import type { PodManager } from '../pods/sync/manager.js';
 import { checkpointsEnabled, type ServerAuth } from '../server/from-config.js';
 import type { WiringContext } from './context.js';
+import { servingTlsBootstrap } from '../connected.js';
+import type { ServingCertificateSource } from '../controlplane/serving-cert.js';
 import type { RuntimeWiring } from './runtime.js';
 
 /** A service whose start builds it and returns its stop. */
@@ -50,14 +52,18 @@ export function wireServers(ctx: WiringContext, rt: RuntimeWiring, o: { auth: Se
         import('../server/https-server.js'),
         import('../server/streaming.js'),
       ]);
-      const cert = await loadOrCreateServingCert({
-        ...(cfg.tlsCertFile ? { certFile: cfg.tlsCertFile } : {}),
-        ...(cfg.tlsPrivateKeyFile ? { keyFile: cfg.tlsPrivateKeyFile } : {}),
-        certDir: flags.certDir,
-        hostname: identity.nodeName,
-        ips: identity.ips,
-        logger: log,
-      });
+      // serverTLSBootstrap: the certificate the cluster issues (connected mode's manager), never a self-signed one.
+      const serving = await servingSource(ctx);
+      const cert = serving
+        ? { certFile: `${flags.certDir}/kubelet-server-current.pem`, cert: undefined, key: undefined }
+        : await loadOrCreateServingCert({
+            ...(cfg.tlsCertFile ? { certFile: cfg.tlsCertFile } : {}),
+            ...(cfg.tlsPrivateKeyFile ? { keyFile: cfg.tlsPrivateKeyFile } : {}),
+            certDir: flags.certDir,
+            hostname: identity.nodeName,
+            ips: identity.ips,
+            logger: log,
+          });
       const checkpoints = checkpointsEnabled(cfg)
         ? new CheckpointService({
             rootDir: flags.rootDir,
@@ -72,7 +78,7 @@ export function wireServers(ctx: WiringContext, rt: RuntimeWiring, o: { auth: Se
       const server = createNodeServer({
         address: cfg.address,
         port: cfg.port,
-        tls: { cert: cert.cert, key: cert.key, ...(auth.clientCA !== undefined ? { clientCA: auth.clientCA } : {}) },
+        tls: { ...(serving ? { source: serving.source } : { cert: cert.cert!, key: cert.key! }), ...(auth.clientCA !== undefined ? { clientCA: auth.clientCA } : {}) },
         authenticator: auth.authenticator,
         authorizer: auth.authorizer,
         nodeName: identity.nodeName,
@@ -89,8 +95,35 @@ export function wireServers(ctx: WiringContext, rt: RuntimeWiring, o: { auth: Se
         { address: a.address, port: a.port, certFile: cert.certFile, checkpoints: !!checkpoints, authorization: cfg.authorization.mode },
         `HTTPS server listening on https://${a.address}:${a.port}${checkpoints ? ' (POST /checkpoint enabled)' : ''}`,
       );
-      return () => server.stop();
+      return async () => {
+        await server.stop();
+        await serving?.stop?.();
+      };
     }),
   );
   return services;
+}
+
+/**
+ * The serving certificate source with `serverTLSBootstrap` (and its gate), else undefined:
+ * connected mode's manager (it requests and renews), or standalone a manager that only
+ * serves a stored pair (the kubelet's without a client); `stop` only for the one built here.
+ */
+async function servingSource(ctx: WiringContext): Promise<{ source: ServingCertificateSource; stop?: () => Promise<void> } | undefined> {
+  const { cfg, flags, identity, clock, log, mode } = ctx;
+  if (!servingTlsBootstrap(cfg)) return undefined;
+  if (mode.servingCertificates) return { source: mode.servingCertificates };
+  const { ServingCertificateManager } = await import('../controlplane/serving-cert.js');
+  const m = await ServingCertificateManager.load({
+    nodeName: identity.nodeName,
+    hostname: identity.hostname,
+    ips: identity.ips,
+    certDir: flags.certDir,
+    ...(cfg.tlsCertFile ? { tlsCertFile: cfg.tlsCertFile } : {}),
+    ...(cfg.tlsPrivateKeyFile ? { tlsPrivateKeyFile: cfg.tlsPrivateKeyFile } : {}),
+    clock,
+    logger: log,
+  });
+  m.start();
+  return { source: m, stop: () => m.stop() };
 }

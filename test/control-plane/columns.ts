@@ -63,6 +63,10 @@ export function columnsFor(kind: string, o: Obj, now: number): { columns: Column
       cells: [m['name'] ?? '', age(m['creationTimestamp'], now), o['spec']?.['signerName'] ?? '', o['spec']?.['username'] ?? '', typeof es === 'number' ? age(new Date(now - es * 1000).toISOString(), now) : '<none>', state],
     };
   }
+  if (kind === 'RuntimeClass') {
+    // printRuntimeClass: NAME, HANDLER, AGE.
+    return { columns: [col('Name', 0, 'string', 'name'), col('Handler'), col('Age')], cells: [m['name'] ?? '', o['handler'] ?? '', age(m['creationTimestamp'], now)] };
+  }
   if (kind === 'Pod') {
     const cs: Obj[] = o['status']?.['containerStatuses'] ?? [];
     const total = (o['spec']?.['containers'] ?? []).length;

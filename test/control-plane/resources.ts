@@ -5,6 +5,7 @@
  */
 import type { SchemaNode } from './ssa/schema-types.js';
 import { CSR_SCHEMA } from './certificates.js';
+import { RUNTIME_CLASS_SCHEMA } from './runtime-classes.js';
 import { CONFIG_MAP_SCHEMA, EVENT_SCHEMA, LEASE_SCHEMA, SECRET_SCHEMA, SERVICE_ACCOUNT_SCHEMA, SERVICE_SCHEMA, NAMESPACE_SCHEMA, NODE_SCHEMA, POD_SCHEMA, SUBJECT_ACCESS_REVIEW_SCHEMA, TOKEN_REVIEW_SCHEMA } from './schema.js';
 
 export interface ResourceDef {
@@ -37,6 +38,7 @@ export const RESOURCES: ResourceDef[] = [
   { group: '', version: 'v1', resource: 'services', singular: 'service', kind: 'Service', namespaced: true, subresources: ['status'], verbs: ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'], shortNames: ['svc'], categories: ['all'], schema: SERVICE_SCHEMA },
   { group: 'coordination.k8s.io', version: 'v1', resource: 'leases', singular: 'lease', kind: 'Lease', namespaced: true, subresources: [], verbs: OBJECT_VERBS, schema: LEASE_SCHEMA },
   { group: 'certificates.k8s.io', version: 'v1', resource: 'certificatesigningrequests', singular: 'certificatesigningrequest', kind: 'CertificateSigningRequest', namespaced: false, subresources: ['approval', 'status'], verbs: OBJECT_VERBS, shortNames: ['csr'], schema: CSR_SCHEMA },
+  { group: 'node.k8s.io', version: 'v1', resource: 'runtimeclasses', singular: 'runtimeclass', kind: 'RuntimeClass', namespaced: false, subresources: [], verbs: ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'], schema: RUNTIME_CLASS_SCHEMA },
   { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', singular: 'tokenreview', kind: 'TokenReview', namespaced: false, subresources: [], verbs: ['create'], virtual: true, schema: TOKEN_REVIEW_SCHEMA },
   { group: 'authorization.k8s.io', version: 'v1', resource: 'subjectaccessreviews', singular: 'subjectaccessreview', kind: 'SubjectAccessReview', namespaced: false, subresources: [], verbs: ['create'], virtual: true, schema: SUBJECT_ACCESS_REVIEW_SCHEMA },
 ];

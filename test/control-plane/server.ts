@@ -36,6 +36,7 @@ import { ServiceRange, admitCoreWrite } from './core-objects.js';
 import { admitNodeRequest, authorizeNode, fieldEquals, forbiddenRequest, nodeIdentity, requestVerb, type Attributes } from './node-authorizer.js';
 import { ServiceAccounts } from './service-accounts.js';
 import { StatusError } from './status-error.js';
+import { admitPodRuntimeClass, admitRuntimeClass } from './runtime-classes.js';
 
 export interface ControlPlaneOptions {
   host?: string; // default 127.0.0.1
@@ -877,6 +878,7 @@ class Server {
     }
     // Admission sees the name asked for (generateName before a name is made of it).
     if (def.kind === 'Pod' && !this.noSaAdmission) this.sa.admitPod(obj, t.namespace ?? '', String(body['metadata']?.['name'] || body['metadata']?.['generateName'] || 'Unknown'));
+    if (def.kind === 'Pod') admitPodRuntimeClass(obj, (n) => this.store.get('runtimeclasses', '', n));
     this.admitCore(def, obj, undefined);
     this.validateObject(def, obj);
     const ec = def.kind === 'Pod' ? ephemeralContainersOnCreate(obj) : undefined;
@@ -1234,6 +1236,7 @@ class Server {
 
   /** The strategy of a ConfigMap, Secret, ServiceAccount or Service write (core-objects.ts). */
   private admitCore(def: ResourceDef, o: Obj, old: Obj | undefined): void {
+    if (def.kind === 'RuntimeClass') admitRuntimeClass(o, old);
     if (def.group !== '') return;
     admitCoreWrite(def.kind, o, old, {
       serviceRange: this.serviceRange,

@@ -25,7 +25,8 @@
  * `setConditions` (Status), `checkpointDelayMs`, `kill()`/`restart()` (a crashed
  * and restarted runtime on the same socket), `calls` (every request, in order),
  * `requireAuth` (a private registry refusing pulls without its credentials) and
- * `pullAuths` (the AuthConfig each PullImage carried).
+ * `pullAuths` (the AuthConfig each PullImage carried), `runtimeHandlers` (the handlers
+ * RunPodSandbox accepts; each sandbox records the `runtime_handler` it was run with).
  * CheckpointContainer writes a real tar archive (tar-stream) at `location`, or what
  * `checkpointArchive` says (truncated, empty, garbage, none).
  */
@@ -164,6 +165,11 @@ export class FakeRuntime {
   version = { version: '0.1.0', runtimeName: 'fake-cri', runtimeVersion: '1.0.0', runtimeApiVersion: 'v1' };
   /** The pod CIDR of the last UpdateRuntimeConfig that carried one ('' before). */
   podCIDR = '';
+  /**
+   * The runtime handlers configured besides the default (""): RunPodSandbox with another
+   * fails as containerd's does. Undefined (the default): any handler is accepted.
+   */
+  runtimeHandlers: string[] | undefined;
   #nextIp = 2;
 
   readonly #errors = new Map<string, InjectedError>();
@@ -437,11 +443,15 @@ export class FakeRuntime {
     if (config.linux?.securityContext?.namespaceOptions?.network === 'NODE' && config.hostname) {
       throw grpcError(grpc.status.UNKNOWN, 'failed to create containerd task: failed to create shim task: OCI runtime create failed: unable to set hostname without a private UTS namespace: unknown');
     }
+    const handler = String(req.runtimeHandler ?? '');
+    if (handler !== '' && this.runtimeHandlers && !this.runtimeHandlers.includes(handler)) {
+      throw grpcError(grpc.status.UNKNOWN, `failed to get sandbox runtime: no runtime for ${JSON.stringify(handler)} is configured`);
+    }
     const id = newId();
     const name = `${md.name}_${md.namespace}_${md.uid}_${md.attempt}`;
     this.#reserve(name, id, 'sandbox');
     const hostNet = config.linux?.securityContext?.namespaceOptions?.network === 'NODE';
-    this.sandboxes.set(id, { id, config, name, state: 'SANDBOX_READY', createdAt: nowNanos(), runtimeHandler: String(req.runtimeHandler ?? ''), ip: hostNet ? '' : this.#allocateIp() });
+    this.sandboxes.set(id, { id, config, name, state: 'SANDBOX_READY', createdAt: nowNanos(), runtimeHandler: handler, ip: hostNet ? '' : this.#allocateIp() });
     return { podSandboxId: id };
   }
 

@@ -13,7 +13,7 @@ const src = path.resolve(import.meta.dirname, '../../src');
 /** Floor by path under src/, top (1) to bottom (12), as docs/architecture.md's table. */
 const FLOORS: [RegExp, number][] = [
   [/^main\.ts$/, 1],
-  [/^(daemon\.ts|wiring\/|connected\.ts)/, 2],
+  [/^(daemon\.ts|wiring\/|connected\.ts|kubelet-flags\.ts)/, 2],
   [/^controlplane\//, 3],
   [/^server\//, 4],
   [/^checkpoint\//, 5],

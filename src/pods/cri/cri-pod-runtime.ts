@@ -36,6 +36,7 @@ import { containerConfig, sandboxConfig } from './cri-config.js';
 import type { EnvObjects } from './env.js';
 import { needsAllocatable, readEnvObjects } from './env-sources.js';
 import { ServiceEnvSource } from './service-env.js';
+import { lookupRuntimeHandler } from './runtime-class.js';
 import * as K from './labels.js'; // K.LABEL_* / K.ANN_*: the kubelet's label and annotation names
 import { hostsFileContent, mountsOwnEtcHosts, parseResolvConf, podDnsConfig, RESOLV_CONF_MAX_BYTES, type DnsWarning, type HostDns } from './dns.js';
 import { isDnsLabel } from '../sources/pod-validation.js';
@@ -426,6 +427,10 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'CreatePodSandboxError', 'cannot make the pod sandbox config');
     }
+    // The pod's RuntimeClass to its CRI handler (runtime-class.ts), before anything is made for
+    // the sandbox, as the kubelet: a missing class refuses it, naming the class.
+    const rc = await lookupRuntimeHandler(pod, this.#o.objects);
+    if (rc.ignored) this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}` }, rc.ignored);
     await fs.mkdir(cfg.logDirectory!, { recursive: true, mode: 0o755 });
     // Admitted: what the pod is allocated is recorded before it runs (a write failure is logged, never the pod's).
     await this.#o.allocation?.allocated.setPod(pod.metadata?.uid ?? '', podResourceInfo(pod));
@@ -436,7 +441,7 @@ export class CriPodRuntime implements PodRuntime {
       throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod cgroup');
     }
     try {
-      return await this.#o.cri.runPodSandbox(cfg);
+      return await this.#o.cri.runPodSandbox(cfg, rc.handler);
     } catch (err) {
       throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod sandbox');
     }

@@ -9,6 +9,7 @@
  * an error, so callers can tell `optional` references from broken ones.
  */
 import type { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-types/core/v1.js';
+import type { RuntimeClass } from 'kubernetes-types/node/v1.js';
 
 /** A TokenRequest for a pod's projected `serviceAccountToken` source. */
 export interface TokenRequestSpec {
@@ -23,6 +24,8 @@ export interface IssuedToken {
   token: string;
   /** RFC 3339, as the API answers `status.expirationTimestamp`. */
   expirationTimestamp: string;
+  /** The answered `spec.expirationSeconds`: the lifetime granted, less than asked when the API server caps it. */
+  expirationSeconds?: number;
 }
 
 export interface ApiObjects {
@@ -34,6 +37,12 @@ export interface ApiObjects {
   serviceAccount(namespace: string, name: string): Promise<ServiceAccount | undefined>;
   /** The Services of a namespace (for the service environment variables). */
   services(namespace: string): Promise<Service[]>;
+  /**
+   * The RuntimeClass `name` (cluster-scoped), or undefined when the API says it does not exist:
+   * read when a pod's sandbox is created (the kubelet's runtimeclass manager). Optional only so
+   * an implementation that cannot read them says so: a pod naming a class is then refused.
+   */
+  runtimeClass?(name: string): Promise<RuntimeClass | undefined>;
   /** POST `serviceaccounts/<name>/token` in `namespace`. */
   requestToken(namespace: string, serviceAccount: string, spec: TokenRequestSpec): Promise<IssuedToken>;
   /**

@@ -47,10 +47,10 @@ export type PodNodePaths = Pick<PodNode, 'name' | 'dir' | 'manifests' | 'rootDir
  * `kubeconfig`: connected to that control plane (else standalone); `containerdDir`: a
  * containerd of the caller's own (default PODS_CONTAINERD_DIR); `name`: the node's name
  * (default NODE_NAME); `config`: more KubeletConfiguration fields (they win over the harness's);
- * `env`: more environment for nodelet;
+ * `env`: more environment for nodelet; `args`: more command-line flags (`--node-ip 127.0.0.1`);
  * `beforeStart`: runs before nodelet starts (what another agent left on the node).
  */
-export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean>; env?: NodeJS.ProcessEnv; beforeStart?: (paths: PodNodePaths) => Promise<void> } = {}): Promise<PodNode> {
+export async function startPodNode(o: { kubeconfig?: string; containerdDir?: string; name?: string; config?: Record<string, string | number | boolean>; env?: NodeJS.ProcessEnv; args?: string[]; beforeStart?: (paths: PodNodePaths) => Promise<void> } = {}): Promise<PodNode> {
   const { endpoint } = await ensureContainerd({ dir: o.containerdDir ?? PODS_CONTAINERD_DIR });
   const name = o.name ?? NODE_NAME;
   const dir = tempDir('nodelet-pods-');
@@ -77,7 +77,7 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
     cgroupRoot: `/${path.basename(dir)}`,
     ...o.config,
   });
-  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', name, '--container-log-dir', containerLogDir, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : [])];
+  const args = ['--config', config, '--root-dir', rootDir, '--lock-file', path.join(dir, 'kubelet.lock'), '--hostname-override', name, '--container-log-dir', containerLogDir, ...(o.kubeconfig ? ['--kubeconfig', o.kubeconfig] : []), ...(o.args ?? [])];
   const cri = createCriClient({ runtimeEndpoint: endpoint, requestTimeoutMs: 10_000 });
   try {
     await o.beforeStart?.({ name, dir, manifests, rootDir, logsDir, endpoint, cri });

@@ -79,7 +79,13 @@ describe('loadKubeconfig', () => {
     ['unknown context', () => ({ ...doc({}, {}), 'current-context': 'nope' }), 'current-context: no contexts entry named "nope"'],
     ['unknown user', () => doc({}, {}, { user: 'ghost' }), 'contexts[1].context.user: no users entry named "ghost"'],
     ['bad -data', () => doc({ 'certificate-authority-data': b64('hello') }, {}), 'clusters[0].cluster.certificate-authority-data: not base64 of a PEM document'],
-    ['exec credential plugin', () => doc({}, { exec: { command: 'aws' } }), 'users[0].user.exec: not supported by nodelet'],
+    ['exec without apiVersion', () => doc({}, { exec: { command: 'aws' } }), 'users[0].user.exec.apiVersion: missing'],
+    ['exec without command', () => doc({}, { exec: { apiVersion: 'client.authentication.k8s.io/v1', interactiveMode: 'Never' } }), 'users[0].user.exec.command: missing'],
+    ['exec v1alpha1 (removed in 1.24)', () => doc({}, { exec: { command: 'aws', apiVersion: 'client.authentication.k8s.io/v1alpha1' } }), 'users[0].user.exec.apiVersion: "client.authentication.k8s.io/v1alpha1" is not one of'],
+    ['exec v1 without interactiveMode', () => doc({}, { exec: { command: 'aws', apiVersion: 'client.authentication.k8s.io/v1' } }), 'users[0].user.exec.interactiveMode: must be specified for client.authentication.k8s.io/v1'],
+    ['exec interactiveMode Always', () => doc({}, { exec: { command: 'aws', apiVersion: 'client.authentication.k8s.io/v1', interactiveMode: 'Always' } }), 'users[0].user.exec.interactiveMode: Always needs a terminal, which nodelet never has'],
+    ['exec env without a name', () => doc({}, { exec: { command: 'aws', apiVersion: 'client.authentication.k8s.io/v1beta1', env: [{ value: 'x' }] } }), 'users[0].user.exec.env[0].name: missing'],
+    ['auth-provider', () => doc({}, { 'auth-provider': { name: 'gcp' } }), 'users[0].user.auth-provider: not supported (removed from client-go in 1.26'],
     ['server not a string', () => doc({ server: 42 }, {}), 'clusters[0].cluster.server: must be a string'],
   ];
   it.each(cases)('%s: CONFIG_INVALID naming the file and the field', (_name, make, expected) => {
@@ -100,5 +106,35 @@ describe('loadKubeconfig', () => {
     const f = path.join(dir, 'bad');
     fs.writeFileSync(f, 'a: [1,\n');
     expect(errOf(() => loadKubeconfig(f)).message).toMatch(new RegExp(`^${f}: not valid YAML`));
+  });
+});
+
+describe('loadKubeconfig: exec credential plugins', () => {
+  const exec = { apiVersion: 'client.authentication.k8s.io/v1', command: 'aws', args: ['eks', 'get-token', '--cluster-name', 'c1'], env: [{ name: 'AWS_PROFILE', value: 'node' }], interactiveMode: 'Never', provideClusterInfo: true, installHint: 'install the aws cli' };
+
+  it('reads exec with what the plugin is told of the cluster', () => {
+    const f = write(doc({ 'certificate-authority-data': b64(CA), 'tls-server-name': 'api.internal', extensions: [{ name: 'client.authentication.k8s.io/exec', extension: { audience: 'sts' } }] }, { exec }));
+    expect(loadKubeconfig(f).exec).toEqual({
+      command: 'aws',
+      args: ['eks', 'get-token', '--cluster-name', 'c1'],
+      env: [{ name: 'AWS_PROFILE', value: 'node' }],
+      apiVersion: 'client.authentication.k8s.io/v1',
+      installHint: 'install the aws cli',
+      provideClusterInfo: true,
+      interactiveMode: 'Never',
+      cluster: { server: 'https://127.0.0.1:6443', 'tls-server-name': 'api.internal', 'certificate-authority-data': b64(CA), config: { audience: 'sts' } },
+      origin: `${f}: users[0].user.exec`,
+    });
+  });
+
+  it('v1beta1 defaults interactiveMode to IfAvailable (run without a terminal all the same)', () => {
+    const f = write(doc({}, { exec: { apiVersion: 'client.authentication.k8s.io/v1beta1', command: 'gke-gcloud-auth-plugin' } }));
+    expect(loadKubeconfig(f).exec).toMatchObject({ interactiveMode: 'IfAvailable', provideClusterInfo: false, args: [], env: [] });
+  });
+
+  it('a static token wins over exec, as in client-go', () => {
+    const f = write(doc({}, { token: 'static', exec }));
+    const a = loadKubeconfig(f);
+    expect([a.token, a.exec]).toEqual(['static', undefined]);
   });
 });

@@ -147,6 +147,18 @@ describe('node status and registration', () => {
     expect(n.status!.conditions!.at(-1)!.type).toBe('Ready');
   });
 
+  it('registers with --node-labels over the preset ones, the taints, providerID and annotations', () => {
+    const registration = { labels: { 'kubernetes.io/hostname': 'override', 'node.kubernetes.io/pool': 'gpu' }, taints: [{ key: 'dedicated', value: 'gpu', effect: 'NoSchedule' }], providerID: 'aws:///eu-west-1a/i-0abc', annotations: { 'alpha.kubernetes.io/provided-node-ip': '10.0.0.7' } };
+    const n = registrationNode({ ...facts(ready), registration }, 't0');
+    expect(n.metadata).toEqual({
+      name: facts(ready).nodeName,
+      labels: { 'kubernetes.io/hostname': 'override', 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64', 'beta.kubernetes.io/os': 'linux', 'beta.kubernetes.io/arch': 'amd64', 'node.kubernetes.io/pool': 'gpu' },
+      annotations: { 'alpha.kubernetes.io/provided-node-ip': '10.0.0.7' },
+    });
+    expect(n.spec).toEqual({ taints: [{ key: 'dedicated', value: 'gpu', effect: 'NoSchedule' }], providerID: 'aws:///eu-west-1a/i-0abc' });
+    expect(registrationNode(facts(ready), 't0').spec).toBeUndefined();
+  });
+
   it('a new heartbeat alone is no change; a condition or capacity change is', () => {
     const a = nodeStatus(facts(ready), undefined, 't0');
     expect(statusChanged(a, nodeStatus(facts(ready), a, 't1'))).toBe(false);
