@@ -19,6 +19,7 @@ import { featureGateProblem, isFeatureEnabled } from './feature-gates.js';
 import { imagePullCredentialsProblems } from './image-pull-credentials.js';
 import { validateShutdownFields } from './validate-shutdown.js';
 import { validateCgroupFields } from './validate-cgroups.js';
+import { validateEvictionFields } from './validate-eviction.js';
 import { isJsonObject, pathKey, type Json, type JsonObject } from './merge.js';
 import { parseQuantity, parseThresholdValue } from './quantity.js';
 import { durationPaths, KUBELET_CONFIG_SCHEMA, type FieldSchema } from './schema.js';
@@ -368,6 +369,7 @@ export function validateConfig(config: JsonObject, originOf: (path: readonly str
   }
 
   validateShutdownFields(get, add);
+  validateEvictionFields(get, add, EVICTION_SIGNALS);
   // A problem of a field the operator did not set (kubeReservedCgroup) is named on the file that set the one that needs it.
   validateCgroupFields(get, (originPath, p, message) => problems.push({ file: originOf(originPath), field: pathKey(p), message }));
 

@@ -19,6 +19,8 @@ import type { Service } from '../loop.js';
 import type { HostCheckRun } from '../node/host-facts.js';
 import { nodeSwapFromFacts } from '../node/host-facts.js';
 import { nodeShutdownFor } from '../node/shutdown-manager.js';
+import { EvictionManager, evictionThresholds } from '../node/eviction.js';
+import { SignalReader } from '../node/signals.js';
 import { readMachineFacts } from '../node/facts.js';
 import { filesystemBytes, nodeViewFor } from '../node/node-view.js';
 import { isStaticPod } from '../pods/sources/static-source.js';
@@ -104,6 +106,8 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     clock,
     logger: log.child({ component: 'runtime-events' }),
   });
+  // The eviction manager (below) decides the pressure conditions the eviction admission handler reads.
+  let eviction: EvictionManager | undefined;
   const pods = new PodManager({
     runtimeEvents,
     onStatusChange: (uid) => statusChanges.emit(uid),
@@ -129,6 +133,7 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
       kernelRelease: os.release(),
       allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [],
       appArmorEnabled: await hostAppArmorEnabled(),
+      pressureConditions: () => eviction?.conditions() ?? [],
       predicates: {
         node: nodeViewFor({
           nodeName: identity.nodeName,
@@ -177,6 +182,28 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     ...(gcPeriod ? { gcPeriodMs: gcPeriod, listPeriodMs: gcPeriod } : {}),
   });
   services.push({ name: 'image-gc', start: (signal) => images.start(signal), stop: () => images.stop() });
+
+  // The eviction manager (the kubelet's, every 10 s), standalone and connected: signals from
+  // the host, the pods' usage from the CRI stats (the Summary), unused images removed first
+  // under disk pressure, then one pod at a time ended Failed/Evicted.
+  const { thresholds, ignored } = evictionThresholds(cfg, parseDuration);
+  if (ignored.length) log.info({ signals: ignored }, `eviction signals nodelet does not measure, ignored by the eviction manager: ${ignored.join(', ')}`);
+  const signals = new SignalReader({ rootDir: flags.rootDir, logger: log.child({ component: 'eviction' }), imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]) });
+  eviction = new EvictionManager({
+    thresholds,
+    observe: () => signals.observe(),
+    podStats: async () => (await rt.observability.stats()).summary.pods,
+    pods,
+    reclaimImages: () => images.deleteUnusedImages(),
+    maxPodGracePeriodSeconds: cfg.evictionMaxPodGracePeriod ?? 0,
+    transitionPeriodMs: parseDuration(cfg.evictionPressureTransitionPeriod),
+    clock,
+    logger: log.child({ component: 'eviction' }),
+    events: mode.events,
+    nodeName: identity.nodeName,
+  });
+  const evictionManager = eviction;
+  services.push({ name: 'eviction', start: (signal) => evictionManager.start(signal), stop: () => evictionManager.stop() });
 
   // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
   const shutdown = nodeShutdownFor(cfg, { rootDir: flags.rootDir, setDesired: (list) => pods.setDesired(list), podStatus: (uid) => pods.podStatus(uid), clock, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'node-shutdown' }), metrics });

@@ -65,6 +65,11 @@ export interface ControlPlaneOptions {
   disableServiceAccountAdmission?: boolean;
   /** Lifetime of the certificates the CSR signer issues (kube-controller-manager `--cluster-signing-duration`; default one year). */
   csrSigningDurationMs?: number;
+  /**
+   * Longest service-account token lifetime in seconds (kube-apiserver's `--service-account-max-token-expiration`,
+   * which may not be under 1 h; here any positive integer): a TokenRequest asking more gets this. Unset: as asked.
+   */
+  serviceAccountTokenMaxSeconds?: number;
 }
 
 export interface AccessAttributes {
@@ -243,6 +248,7 @@ class Server {
   /** Service accounts, tokens and their admission (issue 27); set by initServiceAccounts before the server listens. */
   sa!: ServiceAccounts;
   private readonly noSaAdmission: boolean;
+  private readonly maxTokenSeconds: number | undefined;
   url = '';
 
   constructor(opts: ControlPlaneOptions) {
@@ -256,6 +262,9 @@ class Server {
     this.cidrs = opts.clusterCIDR !== undefined ? new NodeCidrAllocator(opts.clusterCIDR, opts.nodeCIDRMaskSize) : undefined;
     this.serviceRange = new ServiceRange(opts.serviceClusterIPRange ?? '10.96.0.0/12');
     this.noSaAdmission = opts.disableServiceAccountAdmission === true;
+    const maxTok = opts.serviceAccountTokenMaxSeconds;
+    if (maxTok !== undefined && (!Number.isInteger(maxTok) || maxTok <= 0)) throw new Error(`serviceAccountTokenMaxSeconds: must be a positive integer, got ${String(maxTok)}`);
+    this.maxTokenSeconds = maxTok;
     // A deleted node's pod CIDR is free again.
     if (this.cidrs) {
       this.store.subscribe((ev) => {
@@ -1222,6 +1231,7 @@ class Server {
       clock: this.clock,
       caPem,
       kubernetesServiceIp,
+      ...(this.maxTokenSeconds !== undefined ? { maxTokenSeconds: this.maxTokenSeconds } : {}),
       create: (resource, namespace, body) => {
         const def = RESOURCES.find((r) => r.group === '' && r.resource === resource)!;
         this.create({ def, namespace }, body, 'kube-controller-manager', false);

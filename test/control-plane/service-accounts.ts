@@ -100,6 +100,13 @@ export interface ServiceAccountsDeps {
   create(resource: string, namespace: string, body: Obj): void;
   /** The first address of the service range (the `kubernetes` Service's). */
   kubernetesServiceIp: string;
+  /**
+   * Longest lifetime of an issued token in seconds (kube-apiserver's
+   * `--service-account-max-token-expiration`, without its 1 h floor, so tests see renewals):
+   * a longer request is shortened, in `spec.expirationSeconds`, `status.expirationTimestamp`
+   * and the JWT's `exp`, and is then never extended. Unset: as asked.
+   */
+  maxTokenSeconds?: number;
 }
 
 function suffix(n: number): string {
@@ -215,9 +222,13 @@ export class ServiceAccounts {
       if (node) priv['node'] = { name: nodeName, uid: node['metadata']['uid'] };
       outRef = { kind: 'Pod', apiVersion: 'v1', name: pod['metadata']['name'], uid };
     }
-    let expSeconds = exp as number;
-    if (outRef && exp === INJECTED_TOKEN_SECONDS) {
-      priv['warnafter'] = now + exp;
+    let granted = exp as number;
+    const max = this.d.maxTokenSeconds;
+    // As kube-apiserver: shortened before the extension is considered (a shortened 3607 is no longer extended).
+    if (max !== undefined && max > 0 && granted > max) granted = max;
+    let expSeconds = granted;
+    if (outRef && granted === INJECTED_TOKEN_SECONDS) {
+      priv['warnafter'] = now + granted;
       expSeconds = EXTENDED_SECONDS;
     }
     const claims = { aud: audiences, exp: now + expSeconds, iat: now, iss: API_ISSUER, jti: crypto.randomUUID(), 'kubernetes.io': priv, nbf: now, sub: `system:serviceaccount:${ns}:${saName}` };
@@ -226,8 +237,8 @@ export class ServiceAccounts {
       kind: 'TokenRequest',
       apiVersion: 'authentication.k8s.io/v1',
       metadata: { name: saName, namespace: ns, creationTimestamp: new Date(now * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z') },
-      spec: { audiences, expirationSeconds: exp, ...(outRef ? { boundObjectRef: outRef } : {}) },
-      status: { token, expirationTimestamp: new Date((now + (exp as number)) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z') },
+      spec: { audiences, expirationSeconds: granted, ...(outRef ? { boundObjectRef: outRef } : {}) },
+      status: { token, expirationTimestamp: new Date((now + granted) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z') },
     };
   }
 

@@ -15,7 +15,7 @@
  * - kuberuntime_sandbox.go generatePodSandboxConfig: metadata name/namespace/uid/attempt,
  *   hostname (own network only), log directory `<podLogsDir>/<ns>_<name>_<uid>`, DNS, a
  *   port mapping for every container port, linux: the pod's cgroup parent (cgroupfs driver,
- *   cgroupsPerQOS: /kubepods/besteffort/pod<uid> for a BestEffort pod), the sandbox's
+ *   cgroupsPerQOS: <root>/kubepods/besteffort/pod<uid> for a BestEffort pod, KUBELET_CGROUP_ROOT below), the sandbox's
  *   RuntimeDefault seccomp, namespace options, sysctls;
  * - kuberuntime_container.go generateContainerConfig: metadata name and attempt = the restart
  *   count, the image by its ID (what EnsureImageExists answered) with the name the user gave,
@@ -103,7 +103,7 @@ export function kubeletSandboxConfig(pod: Pod, attempt: number, node: KubeletNod
     labels: { ...m.labels, 'io.kubernetes.pod.name': m.name!, 'io.kubernetes.pod.namespace': m.namespace!, 'io.kubernetes.pod.uid': m.uid! },
     annotations: { ...m.annotations },
     linux: {
-      cgroupParent: `/kubepods/besteffort/pod${m.uid}`,
+      cgroupParent: `${KUBELET_CGROUP_ROOT}/kubepods/besteffort/pod${m.uid}`,
       securityContext: { namespaceOptions: namespaceOptions(pod), privileged: false, seccomp: { profileType: 'RuntimeDefault' } },
       sysctls: {},
     },
@@ -219,21 +219,30 @@ export async function runPodAsKubelet(cri: CriClient, pod: Pod, node: KubeletNod
 }
 
 /**
- * Removes the empty pod cgroups the runtime left under the kubelet's /kubepods/besteffort
- * (cgroupfs, every hierarchy), then those two if empty. rmdir removes only a cgroup with no
- * process and no child: one in use stays.
+ * The cgroupRoot the "kubelet" here runs its pods under: the kubelet's layout
+ * (`<root>/kubepods/besteffort/pod<uid>`, cgroupfs) below a root of this test process's own,
+ * never the machine's /kubepods: every nodelet with the default cgroupRoot manages that one
+ * (housekeeping removes the pod cgroups it does not know), and concurrent test lanes run them.
+ */
+export const KUBELET_CGROUP_ROOT = `/nodelet-test-kubelet-${process.pid}`;
+
+/**
+ * Removes the empty cgroups the runtime left under KUBELET_CGROUP_ROOT (every hierarchy),
+ * deepest first, the root included. rmdir removes only a cgroup with no process and no child:
+ * one in use stays.
  */
 export function removeKubeletPodCgroups(): void {
   const roots = fs.readdirSync('/sys/fs/cgroup', { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => path.join('/sys/fs/cgroup', d.name));
   for (const root of [...roots, '/sys/fs/cgroup']) {
-    const qos = path.join(root, 'kubepods', 'besteffort');
+    const top = path.join(root, KUBELET_CGROUP_ROOT);
+    const qos = path.join(top, 'kubepods', 'besteffort');
     let pods: string[] = [];
     try {
       pods = fs.readdirSync(qos).filter((n) => n.startsWith('pod'));
     } catch {
-      continue; // no kubepods in this hierarchy
+      continue; // nothing made in this hierarchy
     }
-    for (const dir of [...pods.map((n) => path.join(qos, n)), qos, path.dirname(qos)]) {
+    for (const dir of [...pods.map((n) => path.join(qos, n)), qos, path.dirname(qos), top]) {
       try {
         fs.rmdirSync(dir);
       } catch {

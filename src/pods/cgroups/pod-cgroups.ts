@@ -142,8 +142,14 @@ export class PodCgroups implements PodCgroupsPort {
       await this.#enforceNodeAllocatable();
       for (const qos of ['Burstable', 'BestEffort'] as const) await this.#mkdir(qosCgroupName(this.#kubepods, qos));
       for (const r of this.#o.reserved ?? []) await this.#enforceReserved(r);
+      // The QoS cgroups take their CPU weights now: a hierarchy nodelet may make directories in
+      // but not write (a container's delegated cgroup without its controllers, a read-only
+      // mount) would refuse every pod cgroup's limits later, so pods run without any instead.
+      const cfg = qosResourceConfigs(this.#pods.values());
+      await this.#write(qosCgroupName(this.#kubepods, 'Burstable'), cfg.Burstable);
+      await this.#write(qosCgroupName(this.#kubepods, 'BestEffort'), cfg.BestEffort);
+      this.#lastBurstableShares = cfg.Burstable.cpuShares;
       this.#ready = true;
-      await this.#updateQos(true);
       log.info({ kubepods: this.kubepodsPath(), driver: this.#o.driver, cgroupVersion: this.#o.layout.version }, `pod cgroups under ${this.kubepodsPath()} (${this.#o.driver}, cgroup v${this.#o.layout.version})`);
     } catch (err) {
       this.#ready = false;

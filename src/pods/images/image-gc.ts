@@ -358,6 +358,31 @@ export class ImageManager {
     return out;
   }
 
+  /**
+   * The eviction manager's node-level reclaim under disk pressure (the kubelet's
+   * DeleteUnusedImages): every unused, unpinned image at least `imageMinimumGCAge` old (the
+   * sandbox image counts as used) is removed, least recently used first, whatever the
+   * thresholds. Never throws: a failed removal is skipped and reported in `error`.
+   */
+  async deleteUnusedImages(): Promise<GcOutcome> {
+    const out: GcOutcome = { removed: [] };
+    try {
+      await this.load();
+      const { inUse } = await this.#detect();
+      const { forSpace } = imagesToRemove(evictionOrder(this.#records, inUse), this.#o.clock.now(), { minAgeMs: this.#o.policy.minAgeMs, maxAgeMs: 0 });
+      const errors: string[] = [];
+      for (const c of forSpace) {
+        if (await this.#remove(c, 'space', 'to relieve disk pressure (eviction manager)', errors)) out.removed.push({ id: c.id, reason: 'space', size: c.size });
+      }
+      if (errors.length) out.error = errors.join('; ');
+    } catch (err) {
+      out.error = errorMessage(err);
+    } finally {
+      await this.#save();
+    }
+    return out;
+  }
+
   start(signal?: AbortSignal): void {
     this.#gcLoop.start(signal);
     // The first list comes with the first collection; then every 30 s.

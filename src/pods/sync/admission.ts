@@ -18,6 +18,12 @@
  *   (containerd 1.6 says nothing; it would merge the image's groups silently):
  *   `SupplementalGroupsPolicyNotSupported`, as the kubelet since 1.33.
  *
+ * - eviction (the eviction manager's Admit, src/node/eviction.ts, after the container count):
+ *   under node pressure, a critical pod (static, mirror, or priority 2000000000 and more)
+ *   is admitted; under MemoryPressure alone, a pod that is not BestEffort or that tolerates
+ *   the `node.kubernetes.io/memory-pressure` NoSchedule taint; otherwise, and under
+ *   DiskPressure or PIDPressure, none: `Evicted`, "The node had condition: [DiskPressure]. ".
+ *
  * - container count (nodelet's own, first): a pod with more than MAX_CONTAINERS_PER_POD
  *   containers is refused, `TooManyContainers`. The API server caps only the pod's size
  *   (~1.5 MiB: ~45,000 minimal containers); each sync's work grows with the containers
@@ -33,6 +39,8 @@ import type { Container, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../errors.js';
 import { APPARMOR_ANNOTATION_PREFIX, appArmorProfile, normalizeSysctlName } from '../cri/security-context.js';
 import { qosClass } from '../status/status.js';
+import { isMirrorPod } from '../status/mirror.js';
+import { isStaticPod } from '../sources/static-source.js';
 import { checkPredicates, type PredicateOptions } from './predicates.js';
 
 export interface Rejection {
@@ -198,7 +206,52 @@ export function supplementalGroupsPolicyAdmitHandler(supported: () => boolean | 
   };
 }
 
+// ------------------------------------------------------------------------- eviction
+
+/** How the eviction manager ends a pod (PodManager.evict): status reason and message, and the kill's grace period. */
+export interface Eviction {
+  reason: string;
+  message: string;
+  gracePeriodSeconds: number;
+}
+
+/** scheduling.SystemCriticalPriority; the built-in classes a static pod may name without a resolved priority. */
+const SYSTEM_CRITICAL_PRIORITY = 2_000_000_000;
+const CRITICAL_CLASSES: Readonly<Record<string, number>> = { 'system-cluster-critical': SYSTEM_CRITICAL_PRIORITY, 'system-node-critical': SYSTEM_CRITICAL_PRIORITY + 1000 };
+
+/** The kubelet's IsCriticalPod: static, mirror, or of system-critical priority. Never evicted, admitted under pressure. */
+export function isCriticalPod(pod: Pod): boolean {
+  if (isStaticPod(pod) || isMirrorPod(pod)) return true;
+  const p = pod.spec?.priority ?? CRITICAL_CLASSES[pod.spec?.priorityClassName ?? ''] ?? 0;
+  return p >= SYSTEM_CRITICAL_PRIORITY;
+}
+
+const MEMORY_PRESSURE_TAINT = 'node.kubernetes.io/memory-pressure';
+
+/** Whether a toleration tolerates the memory-pressure NoSchedule taint (no value), as corev1helpers.ToleratesTaint. */
+function toleratesMemoryPressure(t: NonNullable<NonNullable<Pod['spec']>['tolerations']>[number]): boolean {
+  if (t.effect && t.effect !== 'NoSchedule') return false;
+  if (t.operator === 'Exists') return !t.key || t.key === MEMORY_PRESSURE_TAINT;
+  return (t.operator === undefined || t.operator === '' || t.operator === 'Equal') && t.key === MEMORY_PRESSURE_TAINT && (t.value ?? '') === '';
+}
+
+/**
+ * The eviction admission handler on the node's pressure conditions as the eviction manager
+ * last decided them (MemoryPressure, DiskPressure, PIDPressure, in that order); see the
+ * file comment.
+ */
+export function evictionAdmitHandler(conditions: () => readonly string[]): PodAdmitHandler {
+  return (pod) => {
+    const now = conditions();
+    if (now.length === 0 || isCriticalPod(pod)) return undefined;
+    if (now.length === 1 && now[0] === 'MemoryPressure' && (qosClass(pod) !== 'BestEffort' || (pod.spec?.tolerations ?? []).some(toleratesMemoryPressure))) return undefined;
+    return { reason: 'Evicted', message: `The node had condition: [${now.join(' ')}]. ` };
+  };
+}
+
 export interface AdmissionOptions {
+  /** The node's pressure conditions (the eviction manager's); unset: no eviction admission. */
+  pressureConditions?: () => readonly string[];
   /** The kernel release (`os.release()`): which safe sysctls it namespaces. */
   kernelRelease: string;
   /** The config's allowedUnsafeSysctls. */
@@ -230,6 +283,7 @@ export function predicateAdmitHandler(o: PredicateOptions): PodAdmitHandler {
 export function podAdmitHandlers(o: AdmissionOptions): PodAdmitHandler[] {
   return [
     containerCountAdmitHandler,
+    ...(o.pressureConditions ? [evictionAdmitHandler(o.pressureConditions)] : []),
     sysctlAdmitHandler(safeSysctls(o.kernelRelease), o.allowedUnsafeSysctls ?? []),
     appArmorAdmitHandler(o.appArmorEnabled),
     userNamespaceAdmitHandler,

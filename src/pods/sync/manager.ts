@@ -16,7 +16,7 @@ import { nodeRef, noEvents, podRef, type EventSink } from '../../events.js';
 import type { Logger } from '../../log.js';
 import { Loop } from '../../loop.js';
 import type { ObservedPod } from './observed.js';
-import { admitPod, rejectedStatus, type PodAdmitHandler } from './admission.js';
+import { admitPod, rejectedStatus, type Eviction, type PodAdmitHandler } from './admission.js';
 import { podKey } from '../sources/lookup.js';
 import { computePodActions, type BackoffPolicy, type Waiting } from './plan.js';
 import type { PodRuntime } from '../cri/runtime-port.js';
@@ -145,6 +145,8 @@ export class PodManager {
    */
   #seq = 0;
   readonly #syncedSeq = new WeakMap<PodWorker, number>();
+  /** Pods the eviction manager ended (evict), by UID: Failed for good, as a pod past its deadline. */
+  readonly #evictions = new Map<string, Eviction>();
 
   constructor(o: PodManagerOptions) {
     this.#o = { clock: realClock, relistMs: 1000, syncFrequencyMs: 60_000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, onStatusChange: () => {}, ...o };
@@ -345,6 +347,38 @@ export class PodManager {
       out.push({ apiVersion: 'v1', kind: 'Pod', ...pod, status: w?.shownStatus() ?? { phase: 'Pending' } });
     }
     return out;
+  }
+
+  /**
+   * The pods the eviction manager may rank (the kubelet's active pods): wanted, admitted, not
+   * finished (a terminal phase), not being removed, not already evicted.
+   */
+  activePods(): Pod[] {
+    const out: Pod[] = [];
+    for (const [uid, w] of this.#workers) {
+      const want = this.#desired.get(uid);
+      if (!want || deleting(want) || w.terminating || w.rejected || this.#evictions.has(uid)) continue;
+      const phase = w.status?.phase;
+      if (phase !== 'Succeeded' && phase !== 'Failed') out.push(w.pod);
+    }
+    return out;
+  }
+
+  /**
+   * Ends a pod for the eviction manager (the kubelet's TerminatePodAbnormallyAndWait): what
+   * runs is stopped with `gracePeriodSeconds`, nothing starts again, and the pod is Failed
+   * with the eviction's reason and message and a DisruptionTarget condition, for as long as
+   * it is wanted. Resolves once its sync (the stop) is done: true, or false when the pod is
+   * not a running pod of this node (unknown, finished, being removed, already evicted).
+   */
+  async evict(uid: string, e: Eviction): Promise<boolean> {
+    const w = this.#workers.get(uid);
+    if (!w || !this.#desired.has(uid) || w.terminating || w.rejected || this.#evictions.has(uid)) return false;
+    if (w.status?.phase === 'Succeeded' || w.status?.phase === 'Failed') return false;
+    this.#evictions.set(uid, { ...e });
+    w.needsSync = true;
+    await w.request(() => this.#sync(w));
+    return true;
   }
 
   /** The status last computed for a pod, or undefined before its first sync. */
@@ -558,6 +592,15 @@ export class PodManager {
       const plan = computePodActions(w.pod, observed, now, this.#o.crashLoopBackOff, (id) => this.#probes.started(id));
       holdFinished(plan, w.pod, observed);
       holdPastDeadline(ctx, w, plan, observed, now);
+      const evicted = this.#evictions.get(uid);
+      if (evicted) {
+        // Evicted: nothing starts again; what runs stops with the eviction's grace period.
+        ctx = { ...ctx, gracePeriodSeconds: evicted.gracePeriodSeconds };
+        plan.createSandbox = undefined;
+        plan.start = [];
+        plan.waiting = {};
+        plan.killPod = observed.containers.some((c) => c.state === 'running') || observed.sandboxes.some((sb) => sb.ready);
+      }
       const waiting: Record<string, Waiting> = { ...plan.waiting };
       reportBackOffs(ctx, w, plan, observed);
       addProbeKills(plan, observed, (id) => this.#probes.mustRestart(id));
@@ -618,6 +661,8 @@ export class PodManager {
       now: ctx.clock.now(),
     });
     if (w.deadlineExceeded) status = { ...status, phase: 'Failed', ...DEADLINE_EXCEEDED };
+    const evicted = this.#evictions.get(pod.metadata!.uid!);
+    if (evicted) status = evictedStatus(status, evicted, w.status, ctx.clock.now());
     if (w.status?.phase !== status.phase) ctx.log.info({ phase: status.phase }, `pod is ${status.phase}`);
     const seen = this.#firstSeen.get(pod.metadata!.uid!);
     if (seen !== undefined && status.phase === 'Running') {
@@ -659,6 +704,7 @@ export class PodManager {
       await removePod(ctx, w.pod, uid, grace);
       w.moveTo('terminating', 'removed');
       this.#workers.delete(uid);
+      this.#evictions.delete(uid);
       const failed = this.#removals.get(uid);
       this.#removals.delete(uid);
       // No longer active: the status writer may finish the pod's deletion in the API now.
@@ -672,6 +718,7 @@ export class PodManager {
       if (prev?.message !== message) ctx.log.warn({ err: message, failures: next.failures }, `removing pod failed, will retry with backoff: ${message}`);
       else ctx.log.debug({ err: message, failures: next.failures, retryAt: next.until }, 'removing pod failed again');
       this.#workers.delete(uid);
+      this.#evictions.delete(uid);
     }
     this.#o.metrics.podWorkerDuration('kill', (ctx.clock.now() - killStarted) / 1000);
   }
@@ -735,6 +782,17 @@ export function observedKey(o: ObservedPod | undefined): string {
   const sandboxes = o.sandboxes.map((s) => `${s.id}/${s.attempt}/${s.ready ? 1 : 0}/${s.createdAt}/${s.ips?.join(',') ?? ''};`).sort();
   const containers = o.containers.map((c) => `${c.id}/${c.name}/${c.podSandboxId}/${c.state}/${c.restartCount}/${c.attempt}/${c.hash}/${c.startedAt ?? ''}/${c.finishedAt ?? ''}/${c.exitCode ?? ''}/${c.reason ?? ''};`).sort();
   return `${sandboxes.join('')}|${containers.join('')}`;
+}
+
+/**
+ * An evicted pod's status (the kubelet's eviction PodStatusFunc): Failed, the eviction's
+ * reason and message, and a DisruptionTarget condition (reason TerminationByKubelet) whose
+ * transition time stays that of the first status that had it.
+ */
+function evictedStatus(status: PodStatus, e: Eviction, previous: PodStatus | undefined, now: number): PodStatus {
+  const before = previous?.conditions?.find((c) => c.type === 'DisruptionTarget');
+  const condition = { type: 'DisruptionTarget', status: 'True', reason: 'TerminationByKubelet', message: e.message, lastTransitionTime: before?.lastTransitionTime ?? new Date(Math.floor(now / 1000) * 1000).toISOString().replace('.000Z', 'Z') };
+  return { ...status, phase: 'Failed', reason: e.reason, message: e.message, conditions: [...(status.conditions ?? []).filter((c) => c.type !== 'DisruptionTarget'), condition] };
 }
 
 /** The control plane asked for the pod's deletion (metadata.deletionTimestamp set). */

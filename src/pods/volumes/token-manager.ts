@@ -4,7 +4,8 @@
  *
  * - one token per (service account, namespace, audiences, expirationSeconds, bound pod UID),
  *   kept in memory only (a token never touches the node's disk outside its tmpfs volume);
- * - renewed when it is older than 80 % of its lifetime or than 24 h, whichever comes first,
+ * - renewed when it is older than 80 % of its lifetime (the one granted, which the API server
+ *   may cap below the one asked) or than 24 h, whichever comes first,
  *   each less a jitter of up to 10 s (so the pods of a node do not all renew at once);
  * - when a renewal fails and the cached token has not expired, the cached one is used (a
  *   control-plane outage never takes a working token away), and the renewal is tried again
@@ -80,7 +81,11 @@ export class TokenManager {
     }
     const expiresAt = Date.parse(issued.expirationTimestamp);
     const jitter = Math.floor((this.#o.random ?? Math.random)() * (MAX_JITTER_MS / 1000)) * 1000;
-    const entry: Cached = { token: issued.token, expiresAt, refreshAt: tokenRefreshAt(expiresAt, spec.expirationSeconds, jitter), podUid: spec.boundPod.uid };
+    // As the kubelet, by the lifetime granted (the answer's spec.expirationSeconds), which a
+    // capped API server makes shorter than asked: by the asked one, a 20 s token asked as 600 s
+    // would be "due" at once and fetched again at every use.
+    const lifetime = issued.expirationSeconds ?? spec.expirationSeconds;
+    const entry: Cached = { token: issued.token, expiresAt, refreshAt: tokenRefreshAt(expiresAt, lifetime, jitter), podUid: spec.boundPod.uid };
     this.#cache.set(key, entry);
     return { token: entry.token, refreshAt: entry.refreshAt };
   }

@@ -175,3 +175,40 @@ describe('validation of service-account JWTs', () => {
     expect(r.json.status.expirationTimestamp).toBe(new Date((now + 3607) * 1000).toISOString().replace('.000', ''));
   });
 });
+
+describe('serviceAccountTokenMaxSeconds (--service-account-max-token-expiration, for tests)', () => {
+  let capped: ControlPlane;
+  const capClock = new ManualClock(Date.UTC(2026, 10, 27, 12, 0, 0));
+  beforeAll(async () => {
+    capped = await startControlPlane({ nodeLifecycleIntervalMs: 0, pkiDir: path.join(dir, 'pki-capped'), clock: capClock, serviceAccountTokenMaxSeconds: 20 });
+    capped.addToken(TOKEN, 'admin', ['system:masters']);
+  });
+  afterAll(async () => capped?.close());
+
+  it('a token asked for 600 s, or the injected 3607 s, lives 20 s: spec, expirationTimestamp and exp say so; it expires then', async () => {
+    const ns = await namespaces(() => capped, 'cap')();
+    const p = (await request(capped, 'POST', `/api/v1/namespaces/${ns}/pods`, { body: pod('p') })).json;
+    const now = Math.floor(capClock.now() / 1000);
+    for (const asked of [600, 3607]) {
+      const r = await request(capped, 'POST', `/api/v1/namespaces/${ns}/serviceaccounts/default/token`, { body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: asked, boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: 'p', uid: p.metadata.uid } } } });
+      expect(r.status).toBe(201);
+      expect(r.json.spec.expirationSeconds).toBe(20);
+      expect(r.json.status.expirationTimestamp).toBe(new Date((now + 20) * 1000).toISOString().replace('.000', ''));
+      const { claims } = claimsOf(r.json.status.token);
+      expect(claims.exp - claims.iat).toBe(20);
+      expect(claims['kubernetes.io'].warnafter).toBeUndefined();
+    }
+    // Shorter requests are still refused by validation, as upstream.
+    expect((await request(capped, 'POST', `/api/v1/namespaces/${ns}/serviceaccounts/default/token`, { body: { spec: { expirationSeconds: 30 } } })).status).toBe(422);
+    const tok = (await request(capped, 'POST', `/api/v1/namespaces/${ns}/serviceaccounts/default/token`, { body: { spec: { expirationSeconds: 600 } } })).json.status.token as string;
+    const reviewOn = async () => (await request(capped, 'POST', '/apis/authentication.k8s.io/v1/tokenreviews', { body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token: tok } } })).json.status;
+    expect((await reviewOn()).authenticated).toBe(true);
+    // Past exp plus go-jose's 60 s leeway: refused.
+    capClock.t += 81_000;
+    expect((await reviewOn()).error).toContain('token is expired');
+  });
+
+  it('refuses a value that is not a positive integer', async () => {
+    await expect(startControlPlane({ serviceAccountTokenMaxSeconds: 0 })).rejects.toThrow('serviceAccountTokenMaxSeconds: must be a positive integer, got 0');
+  });
+});

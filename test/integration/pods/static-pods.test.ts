@@ -333,10 +333,15 @@ describe('static pods on containerd', () => {
     expect(fs.readFileSync(path.join(hostDir, 'prestop'), 'utf8')).toBe('drained\n');
   });
 
-  it('a volume nodelet cannot set up leaves the container waiting with CreateContainerConfigError naming it', async () => {
+  it('a volume nodelet cannot set up leaves the container waiting with CreateContainerConfigError naming it; a static pod showing an API object is skipped naming the field', async () => {
+    node.writeManifest('csivol.yaml', busyboxPod('csivol', 'sleep 3600', { container: { volumeMounts: [{ name: 'data', mountPath: '/data' }] }, spec: { volumes: [{ name: 'data', csi: { driver: 'example.com/none' } }] } }));
+    const waiting = await eventually(async () => (await node.pod('csivol'))?.status?.containerStatuses?.[0]?.state?.waiting, 20_000);
+    expect(waiting).toMatchObject({ reason: 'CreateContainerConfigError', message: expect.stringContaining('volume "data": type csi is not supported by nodelet') });
+    // A static pod cannot refer to API objects (the kubelet's PreventStaticPodAPIReferences): the manifest is skipped, naming the field.
     node.writeManifest('cfgvol.yaml', busyboxPod('cfgvol', 'sleep 3600', { container: { volumeMounts: [{ name: 'cfg', mountPath: '/cfg' }] }, spec: { volumes: [{ name: 'cfg', configMap: { name: 'app' } }] } }));
-    const waiting = await eventually(async () => (await node.pod('cfgvol'))?.status?.containerStatuses?.[0]?.state?.waiting, 20_000);
-    expect(waiting).toMatchObject({ reason: 'CreateContainerConfigError', message: expect.stringContaining('volume "cfg": type configMap is not supported by nodelet') });
+    const skipped = await node.nodelet.waitFor((r) => String(r.file ?? '').endsWith('cfgvol.yaml') && /skipping static pod manifest/.test(r.msg), 20_000);
+    expect(skipped.msg).toContain('spec.volumes[0].configMap: a static pod cannot refer to API objects (ConfigMap "app")');
+    expect(await node.pod('cfgvol')).toBeUndefined();
   });
 
   it('runs init containers in order to completion before the containers', async () => {

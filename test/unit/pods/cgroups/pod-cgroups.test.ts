@@ -90,6 +90,20 @@ describe('PodCgroups on cgroup v2', () => {
   });
 });
 
+describe('PodCgroups where directories can be made but limits not written', () => {
+  it('(a container whose delegated cgroup lacks the controllers, seen under systemd-nspawn: EACCES on cpu.weight) leaves pods without cgroups rather than failing each one', async () => {
+    const root = v2Tree();
+    // A directory where the QoS cgroup's cpu.weight is: every write to it fails (EISDIR), as EACCES did in the box.
+    fs.mkdirSync(path.join(root, 'kubepods', 'burstable', 'cpu.weight'), { recursive: true });
+    const events: string[] = [];
+    const cg = new PodCgroups({ layout: { version: 2, controllers: new Map(), unified: root, mounts: [root] }, driver: 'cgroupfs', cgroupRoot: '/', nodeAllocatable: () => ({ cpuMillis: 1000, memoryBytes: 1024 ** 3 }), pod: { enforceCpuLimits: true, cpuPeriod: 100_000 }, logger: silentLogger(), events: { emit: (_r, type, reason) => events.push(`${type} ${reason}`) }, nodeName: 'n1' });
+    await cg.start();
+    expect(events).toContain('Warning FailedNodeAllocatableEnforcement');
+    expect(cg.parentOf(pod('u1', { requests: { cpu: '100m' } }))).toBeUndefined();
+    expect(await cg.ensurePod(pod('u1', { requests: { cpu: '100m' } }))).toBeUndefined();
+  });
+});
+
 describe('kube-reserved and system-reserved enforcement', () => {
   it('limits an existing reserved cgroup to its reservation and reports a missing one', async () => {
     const root = v2Tree();

@@ -43,6 +43,22 @@ describe('the token manager', () => {
     expect(tokens.size).toBe(3);
   });
 
+  it('renews by the lifetime the API server granted (a capped one), not by the one asked', async () => {
+    const clock = new VirtualClock();
+    let n = 0;
+    // An API server capping tokens at 20 s (--service-account-max-token-expiration): asked 600, granted 20.
+    const request = async () => ({ token: `t${++n}`, expirationTimestamp: new Date(clock.now() + 20_000).toISOString(), expirationSeconds: 20 });
+    const tokens = new TokenManager({ request, clock, random: () => 0 });
+    const first = await tokens.get('shop', 'builder', spec(600));
+    // Due at 80 % of 20 s (16 s), not "2 minutes before expiry" (already past): cached until then.
+    expect(first.refreshAt - clock.t).toBe(16_000);
+    await clock.advance(15_000);
+    expect((await tokens.get('shop', 'builder', spec(600))).token).toBe('t1');
+    await clock.advance(1000);
+    expect((await tokens.get('shop', 'builder', spec(600))).token).toBe('t2');
+    expect(n).toBe(2);
+  });
+
   it('a renewal that fails keeps the cached token while it is valid; an expired one is an error', async () => {
     const clock = new VirtualClock();
     const api = new FakeApiObjects(clock);
