@@ -86,17 +86,12 @@ export class ClientCertificateRotator {
       const deadline = rotationDeadline(notBefore, notAfter, random());
       this.#log.info({ notAfter: new Date(notAfter).toISOString(), rotateAt: new Date(deadline).toISOString() }, `client certificate expires at ${new Date(notAfter).toISOString()}; renewing it at ${new Date(deadline).toISOString()}`);
       await clock.sleep(Math.max(0, deadline - clock.now()), signal);
-      for (let n = 0; ; n++) {
-        try {
-          await this.renewOnce(signal);
-          break;
-        } catch (err) {
-          if (signal.aborted) throw err;
-          const delayMs = backoffDelay(n, 2000, 300_000, 0.2, random);
-          this.#log.error({ err: errorMessage(err), retryInMs: delayMs }, `client certificate renewal failed: ${errorMessage(err)}; retrying in ${Math.round(delayMs / 1000)} s`);
-          await clock.sleep(delayMs, signal);
-        }
-      }
+      await retryUntilDone(() => this.renewOnce(signal), {
+        clock,
+        signal,
+        delayMs: (n) => backoffDelay(n, 2000, 300_000, 0.2, random),
+        onError: (err, delayMs) => this.#log.error({ err: errorMessage(err), retryInMs: delayMs }, `client certificate renewal failed: ${errorMessage(err)}; retrying in ${Math.round(delayMs / 1000)} s`),
+      });
     }
   }
 
@@ -133,5 +128,23 @@ export class ClientCertificateRotator {
     this.#current = { cert: certPem, key: keyPem };
     o.apply(certPem, keyPem);
     this.#log.info({ csr: name, notAfter: new Date(Date.parse(cert.validTo)).toISOString() }, `client certificate renewed (certificatesigningrequest ${name}); new connections use it`);
+  }
+}
+
+/**
+ * Runs `attempt` until it succeeds, waiting `delayMs(n)` after the n-th failure (told to
+ * `onError` first); the signal's abort ends it with the attempt's error.
+ */
+export async function retryUntilDone(attempt: () => Promise<void>, o: { clock: Clock; signal: AbortSignal; delayMs: (n: number) => number; onError: (err: unknown, delayMs: number) => void }): Promise<void> {
+  for (let n = 0; ; n++) {
+    try {
+      await attempt();
+      return;
+    } catch (err) {
+      if (o.signal.aborted) throw err;
+      const delayMs = o.delayMs(n);
+      o.onError(err, delayMs);
+      await o.clock.sleep(delayMs, o.signal);
+    }
   }
 }

@@ -40,7 +40,7 @@ import { ControlPlaneClient } from './client.js';
 import { createCsr, waitForCertificate, type CertificateSigningRequest } from './csr.js';
 import type { ClusterAccess } from './kubeconfig.js';
 import { createCsrPem, ipBytes } from './pkcs10.js';
-import { rotationDeadline } from './rotation.js';
+import { retryUntilDone, rotationDeadline } from './rotation.js';
 import { FILE_LIMITS, readBoundedText } from '../system/safe-file.js';
 import { NO_SERVING_CERTIFICATE, type ServingCertificateSource, type ServingPair } from '../server/serving-source.js';
 
@@ -290,17 +290,12 @@ export class ServingCertificateManager implements ServingCertificateSource {
         this.#log.info({ notAfter: this.#leaf?.validTo, rotateAt: new Date(deadline).toISOString() }, `serving certificate expires at ${this.#leaf?.validTo}; renewing it at ${new Date(deadline).toISOString()}`);
         await clock.sleep(deadline - clock.now(), signal);
       }
-      for (let n = 0; ; n++) {
-        try {
-          await this.renewOnce(signal);
-          break;
-        } catch (err) {
-          if (signal.aborted) throw err;
-          const delayMs = backoffDelay(Math.min(n, 4), 2000, 32_000, 0.1, random);
-          this.#log.error({ err: errorMessage(err), retryInMs: delayMs }, `serving certificate request failed: ${errorMessage(err)}; retrying in ${Math.round(delayMs / 1000)} s`);
-          await clock.sleep(delayMs, signal);
-        }
-      }
+      await retryUntilDone(() => this.renewOnce(signal), {
+        clock,
+        signal,
+        delayMs: (n) => backoffDelay(Math.min(n, 4), 2000, 32_000, 0.1, random),
+        onError: (err, delayMs) => this.#log.error({ err: errorMessage(err), retryInMs: delayMs }, `serving certificate request failed: ${errorMessage(err)}; retrying in ${Math.round(delayMs / 1000)} s`),
+      });
     }
   }
 

@@ -16,10 +16,9 @@
  * conversions: cpu.weight from shares, cpu.max from quota and period).
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
-import { parseQuantity } from '../../config/quantity.js';
 import { qosClass } from '../status/status.js';
 import { isCriticalPod } from '../cri/swap.js';
-import { podRequests } from '../sync/predicates.js';
+import { podRequests, resourceAmount } from '../sync/predicates.js';
 import type { QosClass } from './names.js';
 
 /** The kubelet's ResourceConfig subset nodelet writes. Undefined: left as it is. */
@@ -48,15 +47,6 @@ export function milliCpuToQuota(milli: number, period: number): number {
   return Math.max(MIN_QUOTA_PERIOD, Math.floor((milli * period) / 1000));
 }
 
-function amount(resource: string, text: unknown): number {
-  if (typeof text !== 'string' && typeof text !== 'number') return 0;
-  try {
-    const q = parseQuantity(String(text));
-    return resource === 'cpu' ? Number(q.millis) : Number(q.roundedUp);
-  } catch {
-    return 0; // validation refused malformed quantities before
-  }
-}
 
 /**
  * The pod's limits as component-helpers' PodLimits: app containers and sidecars summed, the
@@ -68,8 +58,8 @@ export function podLimits(pod: Pod): { cpuMillis: number; memoryBytes: number; c
   let cpuDeclared = true;
   let memoryDeclared = true;
   const of = (c: Container) => {
-    const cpu = amount('cpu', c.resources?.limits?.cpu);
-    const mem = amount('memory', c.resources?.limits?.memory);
+    const cpu = resourceAmount('cpu', c.resources?.limits?.cpu);
+    const mem = resourceAmount('memory', c.resources?.limits?.memory);
     if (cpu === 0) cpuDeclared = false;
     if (mem === 0) memoryDeclared = false;
     return { cpu, mem };
@@ -102,8 +92,8 @@ export function podLimits(pod: Pod): { cpuMillis: number; memoryBytes: number; c
   cpu = Math.max(cpu, initCpu);
   mem = Math.max(mem, initMem);
   const overhead = pod.spec?.overhead ?? {};
-  if (cpu > 0 && overhead.cpu !== undefined) cpu += amount('cpu', overhead.cpu);
-  if (mem > 0 && overhead.memory !== undefined) mem += amount('memory', overhead.memory);
+  if (cpu > 0 && overhead.cpu !== undefined) cpu += resourceAmount('cpu', overhead.cpu);
+  if (mem > 0 && overhead.memory !== undefined) mem += resourceAmount('memory', overhead.memory);
   return { cpuMillis: cpu, memoryBytes: mem, cpuDeclared, memoryDeclared };
 }
 
@@ -169,7 +159,7 @@ export function containerOomScoreAdjust(pod: Pod, c: Container, memoryCapacityBy
   if (qos === 'Guaranteed') return GUARANTEED_OOM_SCORE_ADJ;
   if (qos === 'BestEffort') return BESTEFFORT_OOM_SCORE_ADJ;
   if (!(memoryCapacityBytes > 0)) return BESTEFFORT_OOM_SCORE_ADJ - 1;
-  const request = (x: Container) => amount('memory', x.resources?.requests?.memory ?? x.resources?.limits?.memory);
+  const request = (x: Container) => resourceAmount('memory', x.resources?.requests?.memory ?? x.resources?.limits?.memory);
   const adj = (req: number) => 1000 - Math.trunc((1000 * req) / memoryCapacityBytes);
   let score = adj(request(c));
   const isSidecar = c.restartPolicy === 'Always' && (pod.spec?.initContainers ?? []).some((i) => i.name === c.name);

@@ -37,13 +37,14 @@ export interface NodeView {
 /** A resource list in base units: cpu in millicores, everything else in whole units. */
 export type Amounts = Map<string, number>;
 
-function amount(resource: string, text: unknown): number {
+/** A quantity of `resource` in base units (cpu in millicores, the rest rounded up to whole units); 0 when absent or malformed (validation refused those). */
+export function resourceAmount(resource: string, text: unknown): number {
   if (typeof text !== 'string' && typeof text !== 'number') return 0;
   try {
     const q = parseQuantity(String(text));
     return resource === 'cpu' ? Number(q.millis) : Number(q.roundedUp);
   } catch {
-    return 0; // validation refused malformed quantities before; nothing to count here
+    return 0;
   }
 }
 
@@ -52,8 +53,8 @@ function containerRequests(c: Container): Amounts {
   const out: Amounts = new Map();
   const req = c.resources?.requests ?? {};
   const lim = c.resources?.limits ?? {};
-  for (const [k, v] of Object.entries(lim)) out.set(k, amount(k, v));
-  for (const [k, v] of Object.entries(req)) out.set(k, amount(k, v));
+  for (const [k, v] of Object.entries(lim)) out.set(k, resourceAmount(k, v));
+  for (const [k, v] of Object.entries(req)) out.set(k, resourceAmount(k, v));
   return out;
 }
 
@@ -95,8 +96,8 @@ export function podRequests(pod: Pod): Amounts {
   }
   max(reqs, inits);
   const podLevel = (pod.spec as { resources?: { requests?: Record<string, unknown> } } | undefined)?.resources?.requests ?? {};
-  for (const [k, v] of Object.entries(podLevel)) reqs.set(k, amount(k, v));
-  for (const [k, v] of Object.entries(pod.spec?.overhead ?? {})) reqs.set(k, (reqs.get(k) ?? 0) + amount(k, v));
+  for (const [k, v] of Object.entries(podLevel)) reqs.set(k, resourceAmount(k, v));
+  for (const [k, v] of Object.entries(pod.spec?.overhead ?? {})) reqs.set(k, (reqs.get(k) ?? 0) + resourceAmount(k, v));
   requestsCache.set(pod, reqs);
   return reqs;
 }
@@ -121,7 +122,7 @@ function predicate(name: string, desc: string): Rejection {
 
 /** noderesources.Fits, first failure in its order (pods, cpu, memory, ephemeral-storage, scalar resources). */
 export function resourceFit(pod: Pod, others: readonly Pod[], allocatable: Readonly<Record<string, string>>): Rejection | undefined {
-  const allowedPods = amount('pods', allocatable['pods']);
+  const allowedPods = resourceAmount('pods', allocatable['pods']);
   if (others.length + 1 > allowedPods) return outOf('pods', 1, others.length, allowedPods);
   const req = podRequests(pod);
   const wanted = [...req].filter(([name, v]) => v > 0 && name !== 'pods' && !(isExtended(name) && !(name in allocatable)));
@@ -134,7 +135,7 @@ export function resourceFit(pod: Pod, others: readonly Pod[], allocatable: Reado
     if (r <= 0 || !wanted.some(([n]) => n === name)) continue;
     // Not measured yet (the root dir's filesystem unread): not judged, rather than taken for 0.
     if (name === 'ephemeral-storage' && !(name in allocatable)) continue;
-    const cap = amount(name, allocatable[name]);
+    const cap = resourceAmount(name, allocatable[name]);
     const u = used.get(name) ?? 0;
     if (r > cap - u) return outOf(name, r, u, cap);
   }
