@@ -61,40 +61,14 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   const { cfg, flags, identity, clock, log, mode } = ctx;
   const { cri, metrics } = rt;
   const services: Service[] = [];
-  // The root dir's filesystem size: ephemeral-storage capacity for admission, read once.
+  // The node as admission and the downward API see it (node-view.ts, the kubelet's
+  // getNodeAnyWay): the Node when connected; the root dir's filesystem size (ephemeral-storage
+  // capacity) is read once.
   const rootFsBytes = await filesystemBytes(flags.rootDir);
+  const nodeView = nodeViewFor({ nodeName: identity.nodeName, hostname: identity.hostname, machine: readMachineFacts(), config: cfg, ephemeralStorageBytes: () => rootFsBytes, ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}) });
   // The kubelet's cgroup hierarchy (cgroupsPerQOS): started before the pods, below.
   const cgroups = await podCgroupsFor(cfg, { cri, machine: readMachineFacts(), events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'cgroups' }) });
-
-  const podRuntime = new CriPodRuntime({
-    cri,
-    rootDir: flags.rootDir,
-    podLogsDir: cfg.podLogsDir,
-    seccompDefault: cfg.seccompDefault,
-    ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
-    ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
-    resolvConf: cfg.resolvConf ?? '/etc/resolv.conf',
-    nodeName: identity.nodeName,
-    ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
-    events: mode.events,
-    logger: log.child({ component: 'pods' }),
-    ...(o.host ? { swap: nodeSwapFromFacts(o.host.facts, cfg) } : {}),
-    ...(o.imageRecords ? { imageRecords: o.imageRecords } : {}),
-    // Set only while KubeletEnsureSecretPulledImages is on (config/defaults.ts): who may use a present image.
-    ...(isVerificationPolicy(cfg.imagePullCredentialsVerificationPolicy)
-      ? { imageCredentialVerification: { policy: cfg.imagePullCredentialsVerificationPolicy, allowlist: cfg.preloadedImagesVerificationAllowlist ?? [] } }
-      : {}),
-    ...(o.allocation ? { allocation: o.allocation } : {}),
-    ...(mode.objects ? { objects: mode.objects } : {}),
-    // The downward API's unset limits: the node's allocatable, the Node's when connected (node-view.ts, as the kubelet's getNodeAnyWay).
-    nodeAllocatable: (() => {
-      const view = nodeViewFor({ nodeName: identity.nodeName, hostname: identity.hostname, machine: readMachineFacts(), config: cfg, ephemeralStorageBytes: () => rootFsBytes, ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}) });
-      return () => view().allocatable;
-    })(),
-    containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
-    ...(cgroups ? { cgroups } : {}),
-    memoryCapacityBytes: readMachineFacts().memoryBytes,
-  });
+  const podRuntime = podRuntimeFor(ctx, rt, o, () => nodeView().allocatable, cgroups);
   // A pod's status changed (connected mode's status writer listens); the runtime changed (the pod manager relists).
   const statusChanges = new Subscribers<string>();
   const runtimeChanges = new Subscribers<void>();
@@ -108,45 +82,7 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   });
   // The eviction manager (below) decides the pressure conditions the eviction admission handler reads.
   let eviction: EvictionManager | undefined;
-  const pods = new PodManager({
-    runtimeEvents,
-    onStatusChange: (uid) => statusChanges.emit(uid),
-    runtime: podRuntime,
-    events: mode.events,
-    logger: log.child({ component: 'pods' }),
-    clock,
-    serializeImagePulls: cfg.serializeImagePulls,
-    // A steady pod syncs on a runtime change or a wake-up it asked for, and every syncFrequency.
-    syncFrequencyMs: parseDuration(cfg.syncFrequency) || 60_000,
-    crashLoopBackOff: backoffPolicy({
-      reducedDecay: isFeatureEnabled(cfg, 'ReduceDefaultCrashLoopBackOffDecay'),
-      ...(cfg.crashLoopBackOff?.maxContainerRestartPeriod ? { maxContainerRestartPeriodMs: parseDuration(cfg.crashLoopBackOff.maxContainerRestartPeriod) } : {}),
-    }),
-    ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
-    // Runtime pods another node's agent made are never removed, and reported on this Node.
-    nodeName: identity.nodeName,
-    metrics,
-    // Admission: sysctls (the safe set for this kernel plus allowedUnsafeSysctls, a bad entry
-    // is fatal as for the kubelet), AppArmor on this host, user namespaces, then the
-    // predicates (resources, node affinity, host ports, taints) against the node's view.
-    admitHandlers: podAdmitHandlers({
-      kernelRelease: os.release(),
-      allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [],
-      appArmorEnabled: await hostAppArmorEnabled(),
-      pressureConditions: () => eviction?.conditions() ?? [],
-      predicates: {
-        node: nodeViewFor({
-          nodeName: identity.nodeName,
-          hostname: identity.hostname,
-          machine: readMachineFacts(),
-          config: cfg,
-          ephemeralStorageBytes: () => rootFsBytes,
-          ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}),
-        }),
-        isStatic: (pod) => isStaticPod(pod),
-      },
-    }),
-  });
+  const pods = await podManagerFor(ctx, rt, { podRuntime, runtimeEvents, statusChanges, nodeView, pressure: () => eviction?.conditions() ?? [] });
   if (cgroups) services.push({ name: 'pod-cgroups', start: () => cgroups.start(), stop: async () => {} });
   services.push({
     name: 'pods',
@@ -161,48 +97,9 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
       await pods.stop();
     },
   });
-
-  // The node's images and their garbage collection (the kubelet's image GC manager), standalone and connected.
-  // NODELET_TEST_IMAGE_GC_PERIOD (tests only, a Go duration) shortens the kubelet's 5 min period.
-  let gcPeriod: number | undefined;
-  try {
-    const text = ctx.env['NODELET_TEST_IMAGE_GC_PERIOD'];
-    if (text) gcPeriod = Math.max(100, parseDuration(text));
-  } catch (err) {
-    log.warn(`NODELET_TEST_IMAGE_GC_PERIOD ignored: ${errorMessage(err)}`);
-  }
-  const images = new ImageManager({
-    runtime: cri,
-    policy: imageGcPolicy(cfg, parseDuration),
-    rootDir: flags.rootDir,
-    clock,
-    logger: log.child({ component: 'image-gc' }),
-    events: mode.events,
-    nodeName: identity.nodeName,
-    ...(gcPeriod ? { gcPeriodMs: gcPeriod, listPeriodMs: gcPeriod } : {}),
-  });
+  const images = imageManagerFor(ctx, rt);
   services.push({ name: 'image-gc', start: (signal) => images.start(signal), stop: () => images.stop() });
-
-  // The eviction manager (the kubelet's, every 10 s), standalone and connected: signals from
-  // the host, the pods' usage from the CRI stats (the Summary), unused images removed first
-  // under disk pressure, then one pod at a time ended Failed/Evicted.
-  const { thresholds, ignored } = evictionThresholds(cfg, parseDuration);
-  if (ignored.length) log.info({ signals: ignored }, `eviction signals nodelet does not measure, ignored by the eviction manager: ${ignored.join(', ')}`);
-  const signals = new SignalReader({ rootDir: flags.rootDir, logger: log.child({ component: 'eviction' }), imageFsMountpoints: () => cri.imageFsInfo?.() ?? Promise.resolve([]) });
-  eviction = new EvictionManager({
-    thresholds,
-    observe: () => signals.observe(),
-    podStats: async () => (await rt.observability.stats()).summary.pods,
-    pods,
-    reclaimImages: () => images.deleteUnusedImages(),
-    maxPodGracePeriodSeconds: cfg.evictionMaxPodGracePeriod ?? 0,
-    transitionPeriodMs: parseDuration(cfg.evictionPressureTransitionPeriod),
-    clock,
-    logger: log.child({ component: 'eviction' }),
-    events: mode.events,
-    nodeName: identity.nodeName,
-  });
-  const evictionManager = eviction;
+  const evictionManager = (eviction = evictionManagerFor(ctx, rt, pods, images));
   services.push({ name: 'eviction', start: (signal) => evictionManager.start(signal), stop: () => evictionManager.stop() });
 
   // Graceful node shutdown (src/node/shutdown-manager.ts): between the pod sources and the pod manager.
@@ -221,31 +118,7 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   });
   services.push({ name: 'log-rotation', start: (signal) => logRotation.start(signal), stop: () => logRotation.stop() });
 
-  // Pod sources: static files always; the control plane's pods for this node when connected.
-  // The desired set goes to the shutdown manager, which hands it on to the pod manager.
-  const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...mode.podSources], (list, allReady) => {
-    shutdown.setDesired(list);
-    if (allReady) pods.setSourcesReady();
-    o.onPodsChanged();
-  });
-  if (cfg.staticPodPath) {
-    const source = new StaticPodSource({
-      dir: cfg.staticPodPath,
-      // inotify wakes a rescan at once; the periodic one (what a watch can miss) runs every
-      // fileCheckFrequency (20 s) as the kubelet's, not every second (idle CPU with 110 pods).
-      rescanMs: parseDuration(cfg.fileCheckFrequency),
-      nodeName: identity.nodeName,
-      logger: log.child({ component: 'static-pods' }),
-      onChange: (list) => {
-        log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((p) => p.metadata!.name) }, `static pods: ${list.length}`);
-        sources.update('file', list);
-        mode.staticPodsChanged(list);
-      },
-    });
-    services.push({ name: 'static-pods', start: (signal) => source.start(signal), stop: () => source.stop() });
-  } else {
-    log.info('no staticPodPath: no static pods');
-  }
+  const sources = podSourcesFor(ctx, services, { shutdown, pods, onPodsChanged: o.onPodsChanged });
   // Connected: the pod status writer, mirror pods, Node, Lease, events (standalone: none).
   services.push(
     ...mode.services({
@@ -261,4 +134,156 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     }),
   );
   return { pods, services };
+}
+
+/** The PodRuntime port on the CRI client, with everything a container's config reads. */
+function podRuntimeFor(ctx: WiringContext, rt: RuntimeWiring, o: PodsWiringOptions, nodeAllocatable: () => Readonly<Record<string, string>>, cgroups: Awaited<ReturnType<typeof podCgroupsFor>>): CriPodRuntime {
+  const { cfg, flags, identity, log, mode } = ctx;
+  return new CriPodRuntime({
+    cri: rt.cri,
+    rootDir: flags.rootDir,
+    podLogsDir: cfg.podLogsDir,
+    seccompDefault: cfg.seccompDefault,
+    ...(cfg.clusterDNS?.length ? { clusterDNS: cfg.clusterDNS } : {}),
+    ...(cfg.clusterDomain ? { clusterDomain: cfg.clusterDomain } : {}),
+    resolvConf: cfg.resolvConf ?? '/etc/resolv.conf',
+    nodeName: identity.nodeName,
+    ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+    events: mode.events,
+    logger: log.child({ component: 'pods' }),
+    ...(o.host ? { swap: nodeSwapFromFacts(o.host.facts, cfg) } : {}),
+    ...(o.imageRecords ? { imageRecords: o.imageRecords } : {}),
+    // Set only while KubeletEnsureSecretPulledImages is on (config/defaults.ts): who may use a present image.
+    ...(isVerificationPolicy(cfg.imagePullCredentialsVerificationPolicy)
+      ? { imageCredentialVerification: { policy: cfg.imagePullCredentialsVerificationPolicy, allowlist: cfg.preloadedImagesVerificationAllowlist ?? [] } }
+      : {}),
+    ...(o.allocation ? { allocation: o.allocation } : {}),
+    ...(mode.objects ? { objects: mode.objects } : {}),
+    // The downward API's unset limits: the node's allocatable.
+    nodeAllocatable,
+    containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
+    ...(cgroups ? { cgroups } : {}),
+    memoryCapacityBytes: readMachineFacts().memoryBytes,
+  });
+}
+
+/** The pod manager, with its admission handlers. */
+async function podManagerFor(
+  ctx: WiringContext,
+  rt: RuntimeWiring,
+  p: { podRuntime: CriPodRuntime; runtimeEvents: RuntimeEvents; statusChanges: Subscribers<string>; nodeView: ReturnType<typeof nodeViewFor>; pressure: () => readonly string[] },
+): Promise<PodManager> {
+  const { cfg, identity, clock, log, mode } = ctx;
+  return new PodManager({
+    runtimeEvents: p.runtimeEvents,
+    onStatusChange: (uid) => p.statusChanges.emit(uid),
+    runtime: p.podRuntime,
+    events: mode.events,
+    logger: log.child({ component: 'pods' }),
+    clock,
+    serializeImagePulls: cfg.serializeImagePulls,
+    // A steady pod syncs on a runtime change or a wake-up it asked for, and every syncFrequency.
+    syncFrequencyMs: parseDuration(cfg.syncFrequency) || 60_000,
+    crashLoopBackOff: backoffPolicy({
+      reducedDecay: isFeatureEnabled(cfg, 'ReduceDefaultCrashLoopBackOffDecay'),
+      ...(cfg.crashLoopBackOff?.maxContainerRestartPeriod ? { maxContainerRestartPeriodMs: parseDuration(cfg.crashLoopBackOff.maxContainerRestartPeriod) } : {}),
+    }),
+    ...(identity.ips[0] ? { hostIP: identity.ips[0] } : {}),
+    // Runtime pods another node's agent made are never removed, and reported on this Node.
+    nodeName: identity.nodeName,
+    metrics: rt.metrics,
+    // Admission: sysctls (the safe set for this kernel plus allowedUnsafeSysctls, a bad entry
+    // is fatal as for the kubelet), AppArmor on this host, user namespaces, node pressure, then
+    // the predicates (resources, node affinity, host ports, taints) against the node's view.
+    admitHandlers: podAdmitHandlers({
+      kernelRelease: os.release(),
+      allowedUnsafeSysctls: cfg.allowedUnsafeSysctls ?? [],
+      appArmorEnabled: await hostAppArmorEnabled(),
+      pressureConditions: p.pressure,
+      predicates: { node: p.nodeView, isStatic: (pod) => isStaticPod(pod) },
+    }),
+  });
+}
+
+/**
+ * The node's images and their garbage collection (the kubelet's image GC manager), standalone
+ * and connected. NODELET_TEST_IMAGE_GC_PERIOD (tests only, a Go duration) shortens the
+ * kubelet's 5 min period.
+ */
+function imageManagerFor(ctx: WiringContext, rt: RuntimeWiring): ImageManager {
+  const { cfg, flags, identity, clock, log, mode } = ctx;
+  let gcPeriod: number | undefined;
+  try {
+    const text = ctx.env['NODELET_TEST_IMAGE_GC_PERIOD'];
+    if (text) gcPeriod = Math.max(100, parseDuration(text));
+  } catch (err) {
+    log.warn(`NODELET_TEST_IMAGE_GC_PERIOD ignored: ${errorMessage(err)}`);
+  }
+  return new ImageManager({
+    runtime: rt.cri,
+    policy: imageGcPolicy(cfg, parseDuration),
+    rootDir: flags.rootDir,
+    clock,
+    logger: log.child({ component: 'image-gc' }),
+    events: mode.events,
+    nodeName: identity.nodeName,
+    ...(gcPeriod ? { gcPeriodMs: gcPeriod, listPeriodMs: gcPeriod } : {}),
+  });
+}
+
+/**
+ * The eviction manager (the kubelet's, every 10 s), standalone and connected: signals from
+ * the host, the pods' usage from the CRI stats (the Summary), unused images removed first
+ * under disk pressure, then one pod at a time ended Failed/Evicted.
+ */
+function evictionManagerFor(ctx: WiringContext, rt: RuntimeWiring, pods: PodManager, images: ImageManager): EvictionManager {
+  const { cfg, flags, identity, clock, log, mode } = ctx;
+  const { thresholds, ignored } = evictionThresholds(cfg, parseDuration);
+  if (ignored.length) log.info({ signals: ignored }, `eviction signals nodelet does not measure, ignored by the eviction manager: ${ignored.join(', ')}`);
+  const signals = new SignalReader({ rootDir: flags.rootDir, logger: log.child({ component: 'eviction' }), imageFsMountpoints: () => rt.cri.imageFsInfo?.() ?? Promise.resolve([]) });
+  return new EvictionManager({
+    thresholds,
+    observe: () => signals.observe(),
+    podStats: async () => (await rt.observability.stats()).summary.pods,
+    pods,
+    reclaimImages: () => images.deleteUnusedImages(),
+    maxPodGracePeriodSeconds: cfg.evictionMaxPodGracePeriod ?? 0,
+    transitionPeriodMs: parseDuration(cfg.evictionPressureTransitionPeriod),
+    clock,
+    logger: log.child({ component: 'eviction' }),
+    events: mode.events,
+    nodeName: identity.nodeName,
+  });
+}
+
+/**
+ * Pod sources: static files always; the control plane's pods for this node when connected.
+ * The desired set goes to the shutdown manager, which hands it on to the pod manager.
+ */
+function podSourcesFor(ctx: WiringContext, services: Service[], p: { shutdown: ReturnType<typeof nodeShutdownFor>; pods: PodManager; onPodsChanged: () => void }): PodSources {
+  const { cfg, identity, log, mode } = ctx;
+  const sources = new PodSources([...(cfg.staticPodPath ? (['file'] as const) : []), ...mode.podSources], (list, allReady) => {
+    p.shutdown.setDesired(list);
+    if (allReady) p.pods.setSourcesReady();
+    p.onPodsChanged();
+  });
+  if (!cfg.staticPodPath) {
+    log.info('no staticPodPath: no static pods');
+    return sources;
+  }
+  const source = new StaticPodSource({
+    dir: cfg.staticPodPath,
+    // inotify wakes a rescan at once; the periodic one (what a watch can miss) runs every
+    // fileCheckFrequency (20 s) as the kubelet's, not every second (idle CPU with 110 pods).
+    rescanMs: parseDuration(cfg.fileCheckFrequency),
+    nodeName: identity.nodeName,
+    logger: log.child({ component: 'static-pods' }),
+    onChange: (list) => {
+      log.info({ staticPodPath: cfg.staticPodPath, pods: list.map((pod) => pod.metadata!.name) }, `static pods: ${list.length}`);
+      sources.update('file', list);
+      mode.staticPodsChanged(list);
+    },
+  });
+  services.push({ name: 'static-pods', start: (signal) => source.start(signal), stop: () => source.stop() });
+  return sources;
 }
