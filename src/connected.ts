@@ -204,7 +204,7 @@ export interface ConnectedOptions {
  * control plane that is down shows in the logs and is retried, while static pods run.
  */
 export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeMode {
-  const { identity, config: cfg, clock, logger: log } = o;
+  const { identity, clock, logger: log } = o;
   // 12 attempts (backoff to 5 s: about 40 s), as client-go's 12 tries per event: events of a
   // short control-plane outage are sent when it answers again, not dropped. Their client
   // (cp.events) has its own rate limit, eventRecordQPS/eventBurst (nodeModeFor).
@@ -220,99 +220,108 @@ export function connectedMode(cp: ControlPlanePorts, o: ConnectedOptions): NodeM
     apiNode: () => cp.nodes.watchedNode?.(identity.nodeName)?.node,
     podSources: ['api'],
     staticPodsChanged: (pods) => mirrors.setStaticPods(pods),
-    services(ctx) {
-      const machine = readMachineFacts();
-      const reserved = reservedResources(cfg.kubeReserved, cfg.systemReserved);
-      const registration = nodeRegistration({ ...o.registration, ...(cfg.registerWithTaints ? { registerWithTaints: cfg.registerWithTaints } : {}), ...(cfg.providerID ? { providerID: cfg.providerID } : {}) });
-      // Pressure conditions from the node's measured state against evictionHard.
-      const pressure = new PressureMonitor({
-        reader: new SignalReader({
-          rootDir: ctx.rootDir ?? '/var/lib/kubelet',
-          logger: log.child({ component: 'node-signals' }),
-          ...(ctx.imageFsMountpoints ? { imageFsMountpoints: ctx.imageFsMountpoints } : {}),
-        }),
-        evictionHard: cfg.evictionHard,
-        transitionPeriodMs: parseDuration(cfg.evictionPressureTransitionPeriod ?? '5m'),
-        clock,
-        logger: log.child({ component: 'node-status' }),
-      });
-      const reporter = new NodeReporter({
-        api: cp.nodes,
-        events,
-        clock,
-        logger: log.child({ component: 'node-status' }),
-        updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
-        reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
-        ...(ctx.podCIDR ? { onPodCIDR: ctx.podCIDR } : {}),
-        facts: async () => {
-          const decided = await pressure.decide();
-          return {
-            ...machine,
-            nodeName: identity.nodeName,
-            hostname: identity.hostname,
-            ips: identity.ips,
-            maxPods: cfg.maxPods,
-            evictionHardMemoryBytes: pressure.memoryThresholdBytes(machine.memoryBytes),
-            // Allocatable: kubeReserved + systemReserved and the nodefs.available threshold off ephemeral-storage.
-            reserved,
-            ephemeralStorageBytes: pressure.nodefsCapacityBytes(),
-            evictionHardNodefs: pressure.nodefsThreshold(),
-            ...(ctx.images ? { images: ctx.images(), maxImages: cfg.nodeStatusMaxImages } : {}),
-            kubeletPort: cfg.port,
-            kubeletVersion: `${KUBELET_VERSION}-nodelet.${VERSION}`,
-            runtime: ctx.runtimeState(),
-            pressure: decided,
-            registration,
-          };
-        },
-      });
-      ctx.onNodeShutdown?.(() => reporter.reportNow());
-      const statusWriter = new PodStatusWriter({
-        api: cp.podStatus,
-        pods: {
-          // A mirror pod's status is its static pod's.
-          statusOf: (p) => ctx.pods.podStatus((isMirrorPod(p) ? mirroredUid(p) : p.metadata?.uid) ?? ''),
-          active: (p) => ctx.pods.active(p.metadata?.uid ?? ''),
-        },
-        clock,
-        logger: log.child({ component: 'pod-status' }),
-      });
-      // A changed status is written at once; the writer's 10 s comparison stays as the backstop.
-      ctx.pods.onStatusChange?.(() => statusWriter.statusChanged());
-      const lease = new LeaseRenewer({
-        api: cp.leases,
-        nodeName: identity.nodeName,
-        leaseDurationSeconds: cfg.nodeLeaseDurationSeconds,
-        clock,
-        logger: log.child({ component: 'node-lease' }),
-        ...(ctx.onLeaseRenew ? { onRenew: ctx.onLeaseRenew } : {}),
-      });
-      // Stopped in reverse: the loops and the watch first, then queued events are sent (for at
-      // most 2 s), and the client closes last, with nothing left in flight.
-      return [
-        { name: 'control-plane-client', start: () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
-        ...(o.certificateRotation ? [{ name: 'certificate-rotation', start: (signal: AbortSignal) => o.certificateRotation!.start(signal), stop: () => o.certificateRotation!.stop() }] : []),
-        ...(o.servingCertificates ? [{ name: 'serving-certificate', start: (signal: AbortSignal) => o.servingCertificates!.start(signal), stop: () => o.servingCertificates!.stop() }] : []),
-        { name: 'events', start: () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
-        {
-          name: 'api-pods',
-          start: () => {
-            void cp.pods
-              .start((list) => {
-                const onNode = list.filter((p) => p.spec?.nodeName === identity.nodeName);
-                statusWriter.setApiPods(onNode);
-                mirrors.setApiPods(onNode);
-                ctx.sources.update('api', runnableApiPods(list, identity.nodeName));
-              })
-              .catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
-          },
-          stop: () => cp.pods.stop(),
-        },
-        { name: 'pod-status', start: (signal) => statusWriter.start(signal), stop: () => statusWriter.stop() },
-        { name: 'mirror-pods', start: (signal) => mirrors.start(signal), stop: () => mirrors.stop() },
-        { name: 'node-status', start: (signal) => reporter.start(signal), stop: () => reporter.stop() },
-        { name: 'node-lease', start: (signal) => lease.start(signal), stop: () => lease.stop() },
-      ];
-    },
+    services: (ctx) => connectedServices(cp, o, ctx, events, mirrors),
   };
+}
+
+/** The Node's reporter: registration, then its status (conditions from the measured pressure against evictionHard, allocatable, images). */
+function nodeReporterFor(cp: ControlPlanePorts, o: ConnectedOptions, ctx: ModeContext, events: ApiEventRecorder): NodeReporter {
+  const { identity, config: cfg, clock, logger: log } = o;
+  const machine = readMachineFacts();
+  const reserved = reservedResources(cfg.kubeReserved, cfg.systemReserved);
+  const registration = nodeRegistration({ ...o.registration, ...(cfg.registerWithTaints ? { registerWithTaints: cfg.registerWithTaints } : {}), ...(cfg.providerID ? { providerID: cfg.providerID } : {}) });
+  const pressure = new PressureMonitor({
+    reader: new SignalReader({
+      rootDir: ctx.rootDir ?? '/var/lib/kubelet',
+      logger: log.child({ component: 'node-signals' }),
+      ...(ctx.imageFsMountpoints ? { imageFsMountpoints: ctx.imageFsMountpoints } : {}),
+    }),
+    evictionHard: cfg.evictionHard,
+    transitionPeriodMs: parseDuration(cfg.evictionPressureTransitionPeriod ?? '5m'),
+    clock,
+    logger: log.child({ component: 'node-status' }),
+  });
+  return new NodeReporter({
+    api: cp.nodes,
+    events,
+    clock,
+    logger: log.child({ component: 'node-status' }),
+    updateFrequencyMs: parseDuration(cfg.nodeStatusUpdateFrequency),
+    reportFrequencyMs: parseDuration(cfg.nodeStatusReportFrequency),
+    ...(ctx.podCIDR ? { onPodCIDR: ctx.podCIDR } : {}),
+    facts: async () => {
+      const decided = await pressure.decide();
+      return {
+        ...machine,
+        nodeName: identity.nodeName,
+        hostname: identity.hostname,
+        ips: identity.ips,
+        maxPods: cfg.maxPods,
+        evictionHardMemoryBytes: pressure.memoryThresholdBytes(machine.memoryBytes),
+        // Allocatable: kubeReserved + systemReserved and the nodefs.available threshold off ephemeral-storage.
+        reserved,
+        ephemeralStorageBytes: pressure.nodefsCapacityBytes(),
+        evictionHardNodefs: pressure.nodefsThreshold(),
+        ...(ctx.images ? { images: ctx.images(), maxImages: cfg.nodeStatusMaxImages } : {}),
+        kubeletPort: cfg.port,
+        kubeletVersion: `${KUBELET_VERSION}-nodelet.${VERSION}`,
+        runtime: ctx.runtimeState(),
+        pressure: decided,
+        registration,
+      };
+    },
+  });
+}
+
+/** Connected mode's services, in start order (stopped in reverse). */
+function connectedServices(cp: ControlPlanePorts, o: ConnectedOptions, ctx: ModeContext, events: ApiEventRecorder, mirrors: MirrorPods): Service[] {
+  const { identity, config: cfg, clock, logger: log } = o;
+  const reporter = nodeReporterFor(cp, o, ctx, events);
+  ctx.onNodeShutdown?.(() => reporter.reportNow());
+  const statusWriter = new PodStatusWriter({
+    api: cp.podStatus,
+    pods: {
+      // A mirror pod's status is its static pod's.
+      statusOf: (p) => ctx.pods.podStatus((isMirrorPod(p) ? mirroredUid(p) : p.metadata?.uid) ?? ''),
+      active: (p) => ctx.pods.active(p.metadata?.uid ?? ''),
+    },
+    clock,
+    logger: log.child({ component: 'pod-status' }),
+  });
+  // A changed status is written at once; the writer's 10 s comparison stays as the backstop.
+  ctx.pods.onStatusChange?.(() => statusWriter.statusChanged());
+  const lease = new LeaseRenewer({
+    api: cp.leases,
+    nodeName: identity.nodeName,
+    leaseDurationSeconds: cfg.nodeLeaseDurationSeconds,
+    clock,
+    logger: log.child({ component: 'node-lease' }),
+    ...(ctx.onLeaseRenew ? { onRenew: ctx.onLeaseRenew } : {}),
+  });
+  // Stopped in reverse: the loops and the watch first, then queued events are sent (for at
+  // most 2 s), and the client closes last, with nothing left in flight.
+  return [
+    { name: 'control-plane-client', start: () => log.info({ server: cp.server }, `connected to the control plane at ${cp.server}`), stop: () => cp.close() },
+    ...(o.certificateRotation ? [{ name: 'certificate-rotation', start: (signal: AbortSignal) => o.certificateRotation!.start(signal), stop: () => o.certificateRotation!.stop() }] : []),
+    ...(o.servingCertificates ? [{ name: 'serving-certificate', start: (signal: AbortSignal) => o.servingCertificates!.start(signal), stop: () => o.servingCertificates!.stop() }] : []),
+    { name: 'events', start: () => events.emit(nodeRef(identity.nodeName), 'Normal', 'Starting', 'Starting kubelet.'), stop: () => events.stop() },
+    {
+      name: 'api-pods',
+      start: () => {
+        void cp.pods
+          .start((list) => {
+            const onNode = list.filter((p) => p.spec?.nodeName === identity.nodeName);
+            statusWriter.setApiPods(onNode);
+            mirrors.setApiPods(onNode);
+            ctx.sources.update('api', runnableApiPods(list, identity.nodeName));
+          })
+          .catch((err) => log.warn({ err: errorMessage(err) }, `cannot list this node's pods: ${errorMessage(err)}`));
+      },
+      stop: () => cp.pods.stop(),
+    },
+    { name: 'pod-status', start: (signal) => statusWriter.start(signal), stop: () => statusWriter.stop() },
+    { name: 'mirror-pods', start: (signal) => mirrors.start(signal), stop: () => mirrors.stop() },
+    { name: 'node-status', start: (signal) => reporter.start(signal), stop: () => reporter.stop() },
+    { name: 'node-lease', start: (signal) => lease.start(signal), stop: () => lease.stop() },
+  ];
 }

@@ -20,8 +20,6 @@ const KNOWN = new Set([
   'pods/sync/plan.ts:computePodActions',
   'controlplane/adapter.ts:controlPlanePorts',
   'server/container-logs.ts:streamLogs',
-  'connected.ts:connectedMode',
-  'connected.ts:services',
   'runtime/cri-log.ts:whole',
 ]);
 
