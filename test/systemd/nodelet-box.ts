@@ -45,6 +45,13 @@ export function testConfig(extraLines: string[] = []): string {
     '    enabled: false',
     'authorization:',
     '  mode: AlwaysAllow',
+    // The box's /sys/fs/cgroup is systemd-nspawn's delegated subtree, whose controllers the
+    // service cannot write (cpu.weight: EACCES): the kubelet's pod cgroup hierarchy cannot be
+    // made there (nodelet would log that error and run the pods without pod cgroups). The pods
+    // run on the host's containerd anyway, under the host's cgroups. (Node allocatable is
+    // enforced on the kubepods cgroup, so it goes too, as the kubelet requires.)
+    'cgroupsPerQOS: false',
+    'enforceNodeAllocatable: []',
     ...extraLines,
     '',
   ].join('\n');
