@@ -207,8 +207,14 @@ describe('taking a node over from a kubelet', () => {
     const kubeletUid = crypto.createHash('md5').update(`kubelet ${Date.now()}`).digest('hex');
     uids.derived = kubeletUid;
     const asKubelet: Pod = { ...manifest, metadata: { ...manifest.metadata, name: `legacy-derived-${NODE}`, uid: kubeletUid }, spec: { ...manifest.spec!, nodeName: NODE } };
+    // The kubelet ran it before nodelet took over: made while no nodelet runs (a nodelet
+    // running meanwhile removes a pod it does not want as soon as its relist sees it, here
+    // between the sandbox and its containers: two agents on one runtime).
+    node.nodelet.kill('SIGTERM');
+    await node.nodelet.exited;
     const kubelets = await runPodAsKubelet(kubeletCri!, asKubeletSees(asKubelet, 'file'), { rootDir: node.rootDir, podLogsDir: node.logsDir });
     fs.writeFileSync(path.join(node.manifests, 'legacy-derived.yaml'), JSON.stringify(manifest));
+    await node.restart();
     const t0 = Date.now();
     const ours = await eventually(async () => {
       const p = (await node.pods()).find((q) => q.metadata?.name === `legacy-derived-${NODE}`);
