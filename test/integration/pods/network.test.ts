@@ -115,6 +115,27 @@ describe('pod network', () => {
     expect(await lines('dns-none')).toEqual(['nameserver 192.0.2.99', 'options ndots:2 edns0', 'search my.dns.search.suffix']);
   });
 
+  it('an httpGet liveness probe to the pod\'s own IP keeps a healthy container running and restarts it once the endpoint fails', async () => {
+    // Healthy for 8 s (busybox httpd serves /www/healthz on the pod's IP), then the file goes: 404, the probe fails.
+    const script = 'mkdir -p /www && echo ok > /www/healthz && httpd -p 8080 -h /www && sleep 8 && rm /www/healthz && sleep 3600';
+    await api.create<Pod>(PODS, busyboxPod(NODE, 'liveness', script, {}, { livenessProbe: { httpGet: { path: '/healthz', port: 8080 }, periodSeconds: 1, failureThreshold: 2 } }));
+    const running = await podWith('liveness', (p) => p.status?.containerStatuses?.[0]?.state?.running !== undefined);
+    const startedAt = Date.parse(running.status!.containerStatuses![0]!.state!.running!.startedAt!);
+    // Healthy: still the first container 5 s into its life.
+    await new Promise((r) => setTimeout(r, Math.max(0, startedAt + 5000 - Date.now())));
+    expect((await getPod('liveness'))!.status!.containerStatuses![0]!.restartCount).toBe(0);
+    // The endpoint fails from 8 s: restarted (the new container is healthy again for its 8 s).
+    const restarted = await podWith('liveness', (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1, 30_000);
+    expect(restarted.status!.containerStatuses![0]!.lastState?.terminated).toBeDefined();
+  });
+
+  it('activeDeadlineSeconds: 5 ends the pod Failed with DeadlineExceeded', async () => {
+    await api.create<Pod>(PODS, busybox('deadline', 'sleep 3600', { activeDeadlineSeconds: 5 }));
+    const p = await podWith('deadline', (x) => x.status?.phase === 'Failed', 40_000);
+    expect(p.status!.reason).toBe('DeadlineExceeded');
+    expect(p.status!.message).toMatch(/active/i);
+  });
+
   it('/etc/hosts is the kubelet\'s: localhost lines, the pod IP with its hostname (fully qualified with a subdomain), then the host aliases', async () => {
     await api.create<Pod>(
       PODS,
