@@ -335,7 +335,10 @@ describe('static pods on containerd', () => {
 
   it('a volume nodelet cannot set up leaves the container waiting with CreateContainerConfigError naming it; a static pod showing an API object is skipped naming the field', async () => {
     node.writeManifest('csivol.yaml', busyboxPod('csivol', 'sleep 3600', { container: { volumeMounts: [{ name: 'data', mountPath: '/data' }] }, spec: { volumes: [{ name: 'data', csi: { driver: 'example.com/none' } }] } }));
-    const waiting = await eventually(async () => (await node.pod('csivol'))?.status?.containerStatuses?.[0]?.state?.waiting, 20_000);
+    const waiting = await eventually(async () => {
+      const w = (await node.pod('csivol'))?.status?.containerStatuses?.[0]?.state?.waiting;
+      return w?.reason === 'CreateContainerConfigError' ? w : undefined; // ContainerCreating first, until the sync tried
+    }, 20_000);
     expect(waiting).toMatchObject({ reason: 'CreateContainerConfigError', message: expect.stringContaining('volume "data": type csi is not supported by nodelet') });
     // A static pod cannot refer to API objects (the kubelet's PreventStaticPodAPIReferences): the manifest is skipped, naming the field.
     node.writeManifest('cfgvol.yaml', busyboxPod('cfgvol', 'sleep 3600', { container: { volumeMounts: [{ name: 'cfg', mountPath: '/cfg' }] }, spec: { volumes: [{ name: 'cfg', configMap: { name: 'app' } }] } }));
