@@ -365,6 +365,24 @@ export function startCsrControllers(o: CsrControllerOptions): () => void {
     write(next);
   };
 
+  // The csrcleaner (kube-controller-manager's): a request whose issued certificate has expired
+  // is deleted, so a node that bootstraps again with the same key (the kubelet reuses its
+  // current pair's) makes a new request instead of finding the old one. Upstream sweeps every
+  // hour (and also removes approved, denied and failed requests after an hour, pending ones
+  // after a day); here every second, certificates only.
+  const cleaner = setInterval(() => {
+    for (const cur of o.store.list('certificatesigningrequests')) {
+      const cert = cur['status']?.['certificate'];
+      if (typeof cert !== 'string' || cert === '') continue;
+      try {
+        if (Date.parse(new X509Certificate(Buffer.from(cert, 'base64')).validTo) <= o.clock.now()) o.store.remove('certificatesigningrequests', '', cur['metadata']['name']);
+      } catch {
+        // not a certificate: left as it is
+      }
+    }
+  }, 1000);
+  cleaner.unref();
+
   const unsubscribe = o.store.subscribe((ev) => {
     if (ev.resource !== 'certificatesigningrequests' || ev.type === 'DELETED' || pending.has(ev.name)) return;
     pending.add(ev.name);
@@ -375,6 +393,7 @@ export function startCsrControllers(o: CsrControllerOptions): () => void {
   });
   return () => {
     stopped = true;
+    clearInterval(cleaner);
     unsubscribe();
   };
 }

@@ -151,6 +151,50 @@ describe('TLS bootstrap with a bootstrap token', () => {
     expect((await stop(again)).code).toBe(0);
   }, 90_000);
 
+  it('an expired client certificate with a bootstrap kubeconfig bootstraps again at start', async () => {
+    // A control plane of its own whose signer issues 4 s certificates.
+    const short = await startTestCluster({ prefix: 'nodelet-bootstrap-expiry-', controlPlane: { csrSigningDurationMs: 4000 } });
+    try {
+      const b64 = (s: string) => Buffer.from(s).toString('base64');
+      await short.api.create(SECRETS, {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: 'bootstrap-token-ghijkl', namespace: 'kube-system' },
+        type: 'bootstrap.kubernetes.io/token',
+        data: { 'token-id': b64('ghijkl'), 'token-secret': b64('0123456789abcdef'), 'usage-bootstrap-authentication': b64('true') },
+      } as never);
+      const dir = path.join(short.dir, 'x1');
+      fs.mkdirSync(dir);
+      const config = writeKubeletConfig(dir, { containerRuntimeEndpoint: `unix://${cri.socketPath}`, podLogsDir: path.join(dir, 'logs'), address: '127.0.0.1', port: await freePort(), readOnlyPort: 0, healthzBindAddress: '127.0.0.1', healthzPort: await freePort(), authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}', authorization: '{mode: AlwaysAllow}' });
+      const kubeconfig = path.join(dir, 'kubelet.conf');
+      const bootstrap = path.join(dir, 'bootstrap-kubelet.conf');
+      short.cp.writeKubeconfig(bootstrap, { token: 'ghijkl.0123456789abcdef' });
+      const args = ['--config', config, '--kubeconfig', kubeconfig, '--bootstrap-kubeconfig', bootstrap, '--cert-dir', path.join(dir, 'pki'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'x1'];
+      const first = startNodelet(args);
+      started.push(first);
+      await first.waitForMsg(/nodelet is ready/, 30_000);
+      const issued = new X509Certificate(loadKubeconfig(kubeconfig).cert!);
+      const csrsNow = async () => (await short.api.listAll<Csr>(CSRS as never, {})).items.filter((c) => c.spec.username === 'system:bootstrap:ghijkl');
+      const firstUid = (await csrsNow())[0]!.metadata.uid;
+      expect((await stop(first)).code).toBe(0);
+      // Past its notAfter: the next start asks the signer again with the bootstrap token.
+      await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(issued.validTo) + 1000 - Date.now())));
+      const second = startNodelet(args);
+      started.push(second);
+      await second.waitForMsg(/nodelet is ready/, 30_000);
+      expect(second.records.some((r) => /expired at .*; bootstrapping a new one/.test(r.msg))).toBe(true);
+      // A new request (the old one, its certificate expired, was removed by the csrcleaner).
+      expect((await csrsNow()).map((c) => c.metadata.uid)).not.toContain(firstUid);
+      const renewed = new X509Certificate(loadKubeconfig(kubeconfig).cert!);
+      expect(renewed.fingerprint256).not.toBe(issued.fingerprint256);
+      expect(Date.parse(renewed.validTo)).toBeGreaterThan(Date.now());
+      expect((await stop(second)).code).toBe(0);
+    } finally {
+      await short.close();
+      removeDir(short.dir);
+    }
+  }, 90_000);
+
   it('reports a denied request naming it, writes nothing, asks again with a new key, and goes on once kubectl approves', async () => {
     // A credential that is not a bootstrap token: its requests wait for a person.
     cluster.cp.addToken('not-a-bootstrapper', 'joiner', ['system:authenticated']);

@@ -189,7 +189,8 @@ describe('serving certificates with serverTLSBootstrap', () => {
     await n2.waitForMsg(/nodelet is ready/, 30_000);
     const h = await handshake(port);
     expect('cert' in h && h.cert.serialNumber).toBe(second.serialNumber);
-    expect((await servingCsrs()).map((c) => c.metadata.name).sort()).toEqual([csr!.metadata.name, renewal.metadata.name].sort());
+    // No new request: the renewal's is there (the first may be gone: the csrcleaner removes a request once its certificate expired).
+    expect((await servingCsrs()).map((c) => c.metadata.name).filter((n) => n !== csr!.metadata.name)).toEqual([renewal.metadata.name]);
     n2.kill('SIGTERM');
     expect((await n2.exited).code).toBe(0);
   }, 150_000);
