@@ -29,12 +29,19 @@ export interface NodeSwap {
 /** The kubelet's SystemCriticalPriority (2 * HighestUserDefinablePriority). */
 export const SYSTEM_CRITICAL_PRIORITY = 2_000_000_000;
 
-/** The kubelet's IsCriticalPod: static pods (config.source other than api), mirror pods, and system-critical priority. */
+/** The built-in classes a static pod may name without a resolved priority (scheduling's). */
+const CRITICAL_CLASSES: Readonly<Record<string, number>> = { 'system-cluster-critical': SYSTEM_CRITICAL_PRIORITY, 'system-node-critical': SYSTEM_CRITICAL_PRIORITY + 1000 };
+
+/**
+ * The kubelet's IsCriticalPod: static pods (config.source other than api), mirror pods, and
+ * system-critical priority (a pod without a resolved priority counts its built-in class's).
+ */
 export function isCriticalPod(pod: Pod): boolean {
   const ann = pod.metadata?.annotations ?? {};
   if (isStaticPod(pod)) return true;
   if (ann['kubernetes.io/config.mirror'] !== undefined) return true;
-  return (pod.spec?.priority ?? 0) >= SYSTEM_CRITICAL_PRIORITY;
+  const p = pod.spec?.priority ?? CRITICAL_CLASSES[pod.spec?.priorityClassName ?? ''] ?? 0;
+  return p >= SYSTEM_CRITICAL_PRIORITY;
 }
 
 /**

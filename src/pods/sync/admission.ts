@@ -39,8 +39,7 @@ import type { Container, Pod, PodStatus } from 'kubernetes-types/core/v1.js';
 import { NodeletError } from '../../errors.js';
 import { APPARMOR_ANNOTATION_PREFIX, appArmorProfile, normalizeSysctlName } from '../cri/security-context.js';
 import { qosClass } from '../status/status.js';
-import { isMirrorPod } from '../status/mirror.js';
-import { isStaticPod } from '../sources/static-source.js';
+import { isCriticalPod } from '../cri/swap.js';
 import { checkPredicates, type PredicateOptions } from './predicates.js';
 
 export interface Rejection {
@@ -215,16 +214,8 @@ export interface Eviction {
   gracePeriodSeconds: number;
 }
 
-/** scheduling.SystemCriticalPriority; the built-in classes a static pod may name without a resolved priority. */
-const SYSTEM_CRITICAL_PRIORITY = 2_000_000_000;
-const CRITICAL_CLASSES: Readonly<Record<string, number>> = { 'system-cluster-critical': SYSTEM_CRITICAL_PRIORITY, 'system-node-critical': SYSTEM_CRITICAL_PRIORITY + 1000 };
-
-/** The kubelet's IsCriticalPod: static, mirror, or of system-critical priority. Never evicted, admitted under pressure. */
-export function isCriticalPod(pod: Pod): boolean {
-  if (isStaticPod(pod) || isMirrorPod(pod)) return true;
-  const p = pod.spec?.priority ?? CRITICAL_CLASSES[pod.spec?.priorityClassName ?? ''] ?? 0;
-  return p >= SYSTEM_CRITICAL_PRIORITY;
-}
+/** The kubelet's IsCriticalPod (src/pods/cri/swap.ts): never evicted, admitted under pressure. */
+export { isCriticalPod };
 
 const MEMORY_PRESSURE_TAINT = 'node.kubernetes.io/memory-pressure';
 
