@@ -65,10 +65,12 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   // getNodeAnyWay): the Node when connected; the root dir's filesystem size (ephemeral-storage
   // capacity) is read once.
   const rootFsBytes = await filesystemBytes(flags.rootDir);
-  const nodeView = nodeViewFor({ nodeName: identity.nodeName, hostname: identity.hostname, machine: readMachineFacts(), config: cfg, ephemeralStorageBytes: () => rootFsBytes, ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}) });
+  // The machine's facts (read from /etc and /sys, synchronously): once, for the three that need them.
+  const machine = readMachineFacts();
+  const nodeView = nodeViewFor({ nodeName: identity.nodeName, hostname: identity.hostname, machine, config: cfg, ephemeralStorageBytes: () => rootFsBytes, ...(mode.apiNode ? { apiNode: () => mode.apiNode!() } : {}) });
   // The kubelet's cgroup hierarchy (cgroupsPerQOS): started before the pods, below.
-  const cgroups = await podCgroupsFor(cfg, { cri, machine: readMachineFacts(), events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'cgroups' }) });
-  const podRuntime = podRuntimeFor(ctx, rt, o, () => nodeView().allocatable, cgroups);
+  const cgroups = await podCgroupsFor(cfg, { cri, machine, events: mode.events, nodeName: identity.nodeName, logger: log.child({ component: 'cgroups' }) });
+  const podRuntime = podRuntimeFor(ctx, rt, o, { nodeAllocatable: () => nodeView().allocatable, memoryCapacityBytes: machine.memoryBytes }, cgroups);
   // A pod's status changed (connected mode's status writer listens); the runtime changed (the pod manager relists).
   const statusChanges = new Subscribers<string>();
   const runtimeChanges = new Subscribers<void>();
@@ -137,7 +139,7 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
 }
 
 /** The PodRuntime port on the CRI client, with everything a container's config reads. */
-function podRuntimeFor(ctx: WiringContext, rt: RuntimeWiring, o: PodsWiringOptions, nodeAllocatable: () => Readonly<Record<string, string>>, cgroups: Awaited<ReturnType<typeof podCgroupsFor>>): CriPodRuntime {
+function podRuntimeFor(ctx: WiringContext, rt: RuntimeWiring, o: PodsWiringOptions, node: { nodeAllocatable: () => Readonly<Record<string, string>>; memoryCapacityBytes: number }, cgroups: Awaited<ReturnType<typeof podCgroupsFor>>): CriPodRuntime {
   const { cfg, flags, identity, log, mode } = ctx;
   return new CriPodRuntime({
     cri: rt.cri,
@@ -160,10 +162,10 @@ function podRuntimeFor(ctx: WiringContext, rt: RuntimeWiring, o: PodsWiringOptio
     ...(o.allocation ? { allocation: o.allocation } : {}),
     ...(mode.objects ? { objects: mode.objects } : {}),
     // The downward API's unset limits: the node's allocatable.
-    nodeAllocatable,
+    nodeAllocatable: node.nodeAllocatable,
     containerLogDir: flags.containerLogDir ?? DEFAULT_CONTAINER_LOG_DIR,
     ...(cgroups ? { cgroups } : {}),
-    memoryCapacityBytes: readMachineFacts().memoryBytes,
+    memoryCapacityBytes: node.memoryCapacityBytes,
   });
 }
 
