@@ -177,7 +177,10 @@ describe('taking a node over from a kubelet', () => {
       expect(web.annotations['io.kubernetes.container.restartCount']).toBe('1');
       expect(web.podSandboxId).toBe(left[which].sandboxId);
     }
-    const waiting = await eventually(async () => byName(await apiStatus())['sidecar']?.state?.waiting, 20_000);
+    const waiting = await eventually(async () => {
+      const w = byName(await apiStatus())['sidecar']?.state?.waiting;
+      return w?.reason === 'CrashLoopBackOff' ? w : undefined;
+    }, 20_000);
     expect(waiting).toMatchObject({ reason: 'CrashLoopBackOff', message: expect.stringMatching(/^back-off 10s restarting failed container=sidecar pod=legacy_default/) });
     expect(byName(await apiStatus())['sidecar']!.lastState?.terminated).toMatchObject({ exitCode: 137, containerID: `containerd://${left.api.running['sidecar']}` });
     for (const which of ['api', 'static'] as const) {

@@ -185,7 +185,11 @@ describe('configMap, secret and projected volumes on containerd', () => {
         containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'], volumeMounts: [{ name: 'config', mountPath: '/etc/config' }] }],
       },
     });
-    const waiting = await eventually(async () => (await getPod('waits'))?.status?.containerStatuses?.[0]?.state?.waiting, 30_000);
+    // ContainerCreating without a message comes first (before the mount is tried).
+    const waiting = await eventually(async () => {
+      const w = (await getPod('waits'))?.status?.containerStatuses?.[0]?.state?.waiting;
+      return w?.message ? w : undefined;
+    }, 30_000);
     expect(waiting).toMatchObject({ reason: 'ContainerCreating', message: 'MountVolume.SetUp failed for volume "config" : configmap "later" not found' });
     const events = await eventually(async () => {
       const list = (await cluster.api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.name === 'waits' && e.reason === 'FailedMount');

@@ -65,7 +65,11 @@ describe('an env that doubles by reference', () => {
     // 14 s: the first attempt and the first backoff retry (10 s later) of each pod.
     const during = await poll(14_000);
 
-    const waitingOf = (p: Pod | undefined) => p?.status?.containerStatuses?.[0]?.state?.waiting;
+    // A pod shows ContainerCreating before its first attempt: wait for the attempt's verdict.
+    const waitingOf = (p: Pod | undefined) => {
+      const w = p?.status?.containerStatuses?.[0]?.state?.waiting;
+      return w && w.reason !== 'ContainerCreating' ? w : undefined;
+    };
     for (const name of ['bomb18', 'bomb19']) {
       const w = await eventually(async () => waitingOf(await node.pod(name)), 10_000);
       expect(w.reason).toBe('CreateContainerConfigError');

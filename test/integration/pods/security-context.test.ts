@@ -50,7 +50,11 @@ async function output(pod: string, container: string, done = 'DONE'): Promise<st
 }
 
 async function waiting(pod: string, container = 'main') {
-  return eventually(async () => (await node.pod(pod))?.status?.containerStatuses?.find((c) => c.name === container)?.state?.waiting, 60_000);
+  // ContainerCreating comes before the first attempt: wait for the attempt's verdict.
+  return eventually(async () => {
+    const w = (await node.pod(pod))?.status?.containerStatuses?.find((c) => c.name === container)?.state?.waiting;
+    return w && w.reason !== 'ContainerCreating' ? w : undefined;
+  }, 60_000);
 }
 
 async function rejected(pod: string): Promise<Pod> {
