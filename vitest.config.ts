@@ -1,19 +1,29 @@
 import { defineConfig } from 'vitest/config';
 
-// Projects:
+// Projects (`npm test` runs them in phases: scripts/test-lanes.mjs):
 // - `unit`: pure code and in-process fakes (fast, runs on any Node).
 // - `integration` and `integration-containerd`: real processes (the built nodelet,
 //   containerd, systemd-nspawn, the test API server). Each runs its files one at a time;
-//   the two run side by side. Every file owns what it starts (its own containerd base dir,
-//   temp dirs, free ports), so files of the two lanes never share an agent or a runtime:
-//   the containerd lane holds the files that run pods on containerd, the other the rest.
-// - `faults`: the fault, fuzz and access suite (`npm run test:faults [-- --full]`), after
-//   the integration lanes (groupOrder 1), alone on the machine for its load tests.
+//   `npm test` runs the two lanes side by side in two vitest processes (one vitest process
+//   runs every one-at-a-time project in a single sequential group). Every file owns what it
+//   starts (its own containerd base dir, cgroup root, temp dirs, free ports), so files of the
+//   two lanes never share an agent or a runtime: the containerd lane holds the files that run
+//   pods on containerd, the other the rest.
+// - `alone`: files whose figures the other lane's load would change (benchmark budgets,
+//   memory eviction against what the machine has available, event-loop and leak figures), and
+// - `faults`: the fault, fuzz and access suite (`npm run test:faults [-- --full]`), both after
+//   the integration lanes (groupOrder 1), alone on the machine.
 const CONTAINERD_LANE = [
   'test/integration/pods/**/*.test.ts',
   'test/integration/runtime/**/*.test.ts',
   'test/integration/metrics/**/*.test.ts',
   'test/integration/server/containerd-checkpoint.test.ts',
+];
+const ALONE = [
+  'test/integration/bench/bench-quick.test.ts',
+  'test/integration/pods/eviction.test.ts',
+  'test/integration/pods/env-bomb.test.ts',
+  'test/integration/pods/exec-sessions.test.ts',
 ];
 
 export default defineConfig({
@@ -34,7 +44,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          exclude: CONTAINERD_LANE,
+          exclude: [...CONTAINERD_LANE, ...ALONE],
           testTimeout: 120_000,
           hookTimeout: 300_000,
           fileParallelism: false,
@@ -46,10 +56,22 @@ export default defineConfig({
         test: {
           name: 'integration-containerd',
           include: CONTAINERD_LANE,
+          exclude: ALONE,
           testTimeout: 120_000,
           hookTimeout: 300_000,
           fileParallelism: false,
           sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'alone',
+          include: ALONE,
+          testTimeout: 120_000,
+          hookTimeout: 300_000,
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
         },
       },
       {

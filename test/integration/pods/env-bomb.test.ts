@@ -89,12 +89,12 @@ describe('an env that doubles by reference', () => {
     );
     expect(during.latencies.filter((l) => l < 0), 'failed /healthz answers').toEqual([]);
     // The issue's fault held nodelet's event loop 3.4-11 s per attempt. What nodelet measures
-    // of its own loop is the exact bar: no delay of 100 ms (its log reports every one from
-    // 50 ms). /healthz from another process adds the machine's scheduling, which on CI's two
-    // cores shared by two lanes alone passed 100 ms (107 ms seen, 36 ms before the pods): a
-    // second is the bar there, far below the seconds the fault cost.
+    // of its own loop: no delay of 100 ms (its log reports every one from 50 ms). /healthz from
+    // another process: the issue's bar, 100 ms. This file runs in the `alone` phase (nothing
+    // else on the machine): 25-60 ms worst in four full runs; 107 ms had been seen on a machine
+    // loaded by other work, with no delay in nodelet's loop.
     expect(loopDelays.filter((d) => d >= 100)).toEqual([]);
-    expect(worst).toBeLessThan(1000);
+    expect(worst).toBeLessThan(100);
     expect(peakRss - baseRss).toBeLessThan(50);
     // One line per pod (four pods, one version each), not one per backoff retry.
     expect(tried.map((r) => String(r.pod ?? r.msg)).length).toBe(4);
