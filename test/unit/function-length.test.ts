@@ -17,7 +17,6 @@ const MAX_LINES = 80;
 const KNOWN = new Set([
   'runtime/cri-client.ts:createCriClient',
   'config/validate.ts:validateConfig',
-  'pods/sync/plan.ts:computePodActions',
   'controlplane/adapter.ts:controlPlanePorts',
   'server/container-logs.ts:streamLogs',
   'runtime/cri-log.ts:whole',

@@ -15,7 +15,7 @@
  */
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { containerHash as kubeletContainerHash } from './container-hash.js';
-import { containersByName, latestSandbox, type ObservedContainer, type ObservedPod } from './observed.js';
+import { containersByName, latestSandbox, type ObservedContainer, type ObservedPod, type ObservedSandbox } from './observed.js';
 
 export const BACKOFF = { initialMs: 10_000, maxMs: 300_000, resetAfterRunMs: 600_000 } as const;
 
@@ -135,14 +135,53 @@ export function ephemeralContainers(pod: Pod): (Container & { targetContainerNam
  * The kubelet's computePodActions. `started(id)`: whether a running container has started
  * (its startup probe passed; default: running is started), for native sidecars, the next
  * init container starting only once the sidecar before it has.
+ *
+ * In the kubelet's steps: garbage (old dead instances, idle sandboxes); a changed sandbox
+ * (replace it, or end a pod that will not run again); then, in the ready sandbox, the
+ * ephemeral containers, containers not in the spec, the init containers and sidecars, the
+ * app containers, and the end of a pod whose app containers completed.
  */
 export function computePodActions(pod: Pod, observed: ObservedPod, now: number, backoff: BackoffPolicy = BACKOFF, started: (containerId: string) => boolean = () => true): PodActions {
-  const actions: PodActions = { killPod: false, start: [], kill: [], removeContainers: [], removeSandboxes: [], waiting: {} };
-  const policy = restartPolicy(pod);
-  const inits = pod.spec?.initContainers ?? [];
-  const apps = pod.spec?.containers ?? [];
-  const sb = latestSandbox(observed);
-  const readySandboxes = observed.sandboxes.filter((s) => s.ready);
+  const p = planInput(pod, observed, now, backoff, started);
+  removeGarbage(p);
+  const sb = p.sandbox;
+  if (!sb || !sb.ready || p.readySandboxes.length > 1) return sandboxChanged(p);
+  const inSandbox = (name: string) => p.named(name).find((c) => c.podSandboxId === sb.id);
+  startEphemeralContainers(p);
+  killContainersNotInSpec(p, sb);
+  if (!initContainerActions(p, inSandbox)) {
+    for (const a of p.apps) p.actions.waiting[a.name] = { reason: 'PodInitializing' };
+    return p.actions;
+  }
+  if (appContainerActions(p, inSandbox) && p.apps.length > 0) stopWhenAppsCompleted(p, sb, inSandbox);
+  return p.actions;
+}
+
+/** What the steps of one computePodActions read, and the plan they write (`actions`). */
+interface PlanInput {
+  pod: Pod;
+  observed: ObservedPod;
+  now: number;
+  backoff: BackoffPolicy;
+  started: (containerId: string) => boolean;
+  policy: 'Always' | 'OnFailure' | 'Never';
+  inits: Container[];
+  apps: Container[];
+  /** The newest sandbox. */
+  sandbox: ObservedSandbox | undefined;
+  readySandboxes: ObservedSandbox[];
+  byName: ReadonlyMap<string, readonly ObservedContainer[]>;
+  /** The instances of a container name, newest first. */
+  named: (name: string) => readonly ObservedContainer[];
+  /** Restart count of a new instance of that name: the newest's + 1, or 0. */
+  nextCount: (name: string) => number;
+  actions: PodActions;
+}
+
+/** A container's instance in the current sandbox, if any. */
+type InSandbox = (name: string) => ObservedContainer | undefined;
+
+function planInput(pod: Pod, observed: ObservedPod, now: number, backoff: BackoffPolicy, started: (containerId: string) => boolean): PlanInput {
   // Looked up by name once per container: grouped once (the API lets a pod have ~45,000).
   const byName = containersByName(observed);
   const named = (name: string): readonly ObservedContainer[] => byName.get(name) ?? [];
@@ -150,102 +189,132 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
     const prev = named(name)[0];
     return prev ? prev.restartCount + 1 : 0;
   };
+  return {
+    pod, observed, now, backoff, started,
+    policy: restartPolicy(pod),
+    inits: pod.spec?.initContainers ?? [],
+    apps: pod.spec?.containers ?? [],
+    sandbox: latestSandbox(observed),
+    readySandboxes: observed.sandboxes.filter((s) => s.ready),
+    byName, named, nextCount,
+    actions: { killPod: false, start: [], kill: [], removeContainers: [], removeSandboxes: [], waiting: {} },
+  };
+}
 
-  // Of each name's dead containers the newest stays (it is the status's lastState, as the
-  // kubelet's container GC keeps one per container); older ones, and old idle sandboxes, go.
-  for (const all of byName.values()) {
+/**
+ * Of each name's dead containers the newest stays (it is the status's lastState, as the
+ * kubelet's container GC keeps one per container); older ones, and old idle sandboxes, go.
+ */
+function removeGarbage(p: PlanInput): void {
+  const { observed, actions } = p;
+  for (const all of p.byName.values()) {
     const dead = all.filter((c) => c.state === 'exited');
     for (const c of dead.slice(1)) actions.removeContainers.push(c.id);
   }
   const busySandboxes = new Set(observed.containers.filter((c) => c.state === 'running').map((c) => c.podSandboxId));
   // An old sandbox that holds an ephemeral container's instance stays: removing it would
   // remove that container, the only record that it ran, and it would start again.
-  for (const ec of pod.spec?.ephemeralContainers ?? []) for (const c of named(ec.name)) busySandboxes.add(c.podSandboxId);
+  for (const ec of p.pod.spec?.ephemeralContainers ?? []) for (const c of p.named(ec.name)) busySandboxes.add(c.podSandboxId);
   for (const s of observed.sandboxes) {
-    if (s === sb || s.ready) continue;
+    if (s === p.sandbox || s.ready) continue;
     if (!busySandboxes.has(s.id)) actions.removeSandboxes.push(s.id);
   }
+}
 
-  const needNewSandbox = !sb || !sb.ready || readySandboxes.length > 1;
-  if (needNewSandbox) {
-    const anyRan = observed.containers.some((c) => c.state === 'exited' || c.state === 'running');
-    if (sb && policy === 'Never' && anyRan) {
-      // The pod ran and will not run again: clean up what still runs, make nothing new.
-      actions.killPod = observed.containers.some((c) => c.state === 'running') || readySandboxes.length > 0;
-      return actions;
-    }
-    if (sb && policy === 'OnFailure' && anyRan && allSucceeded(pod, byName)) {
-      actions.killPod = readySandboxes.length > 0;
-      return actions;
-    }
-    actions.killPod = observed.sandboxes.length > 0 || observed.containers.some((c) => c.state === 'running');
-    actions.createSandbox = { attempt: sb ? sb.attempt + 1 : 0 };
-    if (inits.length > 0) actions.start.push({ name: inits[0]!.name, restartCount: nextCount(inits[0]!.name), init: true });
-    else for (const c of apps) actions.start.push({ name: c.name, restartCount: nextCount(c.name), init: false });
+/**
+ * No sandbox, or the newest is not ready, or more than one is (the kubelet's
+ * podSandboxChanged): kill the pod and make a new sandbox with the next attempt, starting
+ * the first init container or else every app container; unless the pod ran and will not run
+ * again, whose leftovers are only cleaned up.
+ */
+function sandboxChanged(p: PlanInput): PodActions {
+  const { observed, actions, policy, inits, readySandboxes, sandbox: sb } = p;
+  const anyRan = observed.containers.some((c) => c.state === 'exited' || c.state === 'running');
+  if (sb && policy === 'Never' && anyRan) {
+    // The pod ran and will not run again: clean up what still runs, make nothing new.
+    actions.killPod = observed.containers.some((c) => c.state === 'running') || readySandboxes.length > 0;
     return actions;
   }
+  if (sb && policy === 'OnFailure' && anyRan && allSucceeded(p.pod, p.byName)) {
+    actions.killPod = readySandboxes.length > 0;
+    return actions;
+  }
+  actions.killPod = observed.sandboxes.length > 0 || observed.containers.some((c) => c.state === 'running');
+  actions.createSandbox = { attempt: sb ? sb.attempt + 1 : 0 };
+  if (inits.length > 0) actions.start.push({ name: inits[0]!.name, restartCount: p.nextCount(inits[0]!.name), init: true });
+  else for (const c of p.apps) actions.start.push({ name: c.name, restartCount: p.nextCount(c.name), init: false });
+  return actions;
+}
 
-  // Ephemeral containers, in the ready sandbox only (a sync that makes the sandbox starts
-  // none), before and whatever the init containers do: each starts once, when the runtime
-  // holds no container of its name in any sandbox, and is never restarted nor replaced.
-  const ephemerals = ephemeralContainers(pod);
-  for (const ec of ephemerals) {
-    if (named(ec.name).length > 0) continue;
+/**
+ * Ephemeral containers, in the ready sandbox only (a sync that makes the sandbox starts
+ * none), before and whatever the init containers do: each starts once, when the runtime
+ * holds no container of its name in any sandbox, and is never restarted nor replaced.
+ */
+function startEphemeralContainers(p: PlanInput): void {
+  for (const ec of ephemeralContainers(p.pod)) {
+    if (p.named(ec.name).length > 0) continue;
     const targetName = ec.targetContainerName;
-    const targetId = targetName ? named(targetName)[0]?.id : undefined;
-    actions.start.push({ name: ec.name, restartCount: 0, init: false, ephemeral: targetName ? { target: { name: targetName, ...(targetId ? { id: targetId } : {}) } } : {} });
+    const targetId = targetName ? p.named(targetName)[0]?.id : undefined;
+    p.actions.start.push({ name: ec.name, restartCount: 0, init: false, ephemeral: targetName ? { target: { name: targetName, ...(targetId ? { id: targetId } : {}) } } : {} });
   }
+}
 
-  const inSandbox = (name: string) => named(name).find((c) => c.podSandboxId === sb.id);
-  const specNames = new Set([...inits, ...apps, ...ephemerals].map((c) => c.name));
-  for (const c of observed.containers) {
+/** A running container of the sandbox that no init, app or ephemeral container of the spec names is stopped. */
+function killContainersNotInSpec(p: PlanInput, sb: ObservedSandbox): void {
+  const specNames = new Set([...p.inits, ...p.apps, ...ephemeralContainers(p.pod)].map((c) => c.name));
+  for (const c of p.observed.containers) {
     if (c.podSandboxId === sb.id && c.state === 'running' && !specNames.has(c.name)) {
-      actions.kill.push({ id: c.id, name: c.name, reason: 'container is not in the pod spec' });
+      p.actions.kill.push({ id: c.id, name: c.name, reason: 'container is not in the pod spec' });
     }
   }
+}
 
-  const waitForInit = () => {
-    for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
-    return actions;
-  };
-  // Once an app container exists in the sandbox, the pod was initialized: the init
-  // containers are done with, and a sidecar that stops is restarted beside the apps without
-  // holding them (the kubelet's "initialized" test).
-  const initialized = apps.some((a) => inSandbox(a.name));
-  if (initialized) for (const spec of inits) if (isSidecar(spec)) keepSidecar(pod, spec, inSandbox(spec.name), now, actions, backoff, nextCount);
-  // Init containers, in order, until the pod is initialized: a regular one must succeed, a
-  // sidecar must have started (its startup probe passed), before the next one starts.
-  for (const spec of initialized ? [] : inits) {
+/**
+ * The init phase (the kubelet's computeInitContainerActions); true when the pod is
+ * initialized and its app containers may be looked at. Once an app container exists in the
+ * sandbox, the pod was initialized: the init containers are done with, and a sidecar that
+ * stops is restarted beside the apps without holding them. Until then, the init containers
+ * run in order: a regular one must succeed, a sidecar must have started (its startup probe
+ * passed), before the next one starts.
+ */
+function initContainerActions(p: PlanInput, inSandbox: InSandbox): boolean {
+  const { pod, now, actions, backoff, nextCount } = p;
+  if (p.apps.some((a) => inSandbox(a.name))) {
+    for (const spec of p.inits) if (isSidecar(spec)) keepSidecar(pod, spec, inSandbox(spec.name), now, actions, backoff, nextCount);
+    return true;
+  }
+  for (const spec of p.inits) {
     const cur = inSandbox(spec.name);
     if (isSidecar(spec)) {
-      if (cur?.state === 'running' && (!cur.hash || cur.hash === containerHash(spec)) && started(cur.id)) continue;
+      if (cur?.state === 'running' && (!cur.hash || cur.hash === containerHash(spec)) && p.started(cur.id)) continue;
       keepSidecar(pod, spec, cur, now, actions, backoff, nextCount);
-      return waitForInit();
+      return false;
     }
     if (cur && cur.state === 'exited' && cur.exitCode === 0) continue;
-    if (cur && (cur.state === 'running' || cur.state === 'created')) {
-      for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
-      return actions;
-    }
-    if (!cur) {
-      actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: true });
-    } else if (policy === 'Never') {
-      // A failed init container with restartPolicy Never fails the pod.
-      for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
-      return actions;
-    } else {
-      restartOrBackOff(pod, spec.name, cur, now, actions, true, backoff);
-    }
-    for (const a of apps) actions.waiting[a.name] = { reason: 'PodInitializing' };
-    return actions;
+    // Still running or created, or failed under restartPolicy Never (which fails the pod): nothing to start.
+    if (cur && (cur.state === 'running' || cur.state === 'created' || p.policy === 'Never')) return false;
+    if (!cur) actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: true });
+    else restartOrBackOff(pod, spec.name, cur, now, actions, true, backoff);
+    return false;
   }
+  return true;
+}
 
+/**
+ * The app containers' keep / kill / start decisions: a missing one starts, a running one
+ * whose spec changed is replaced, one created but never started is replaced, an exited one
+ * restarts per restartPolicy after its backoff. True when they are all done for good (none
+ * runs nor will restart: a Job's pod whose work is over).
+ */
+function appContainerActions(p: PlanInput, inSandbox: InSandbox): boolean {
+  const { policy, actions } = p;
   let appsDone = policy !== 'Always';
-  for (const spec of apps) {
+  for (const spec of p.apps) {
     const cur = inSandbox(spec.name);
     if (!cur) {
       appsDone = false;
-      actions.start.push({ name: spec.name, restartCount: nextCount(spec.name), init: false });
+      actions.start.push({ name: spec.name, restartCount: p.nextCount(spec.name), init: false });
       continue;
     }
     if (cur.state !== 'exited' || shouldRestart(policy, cur)) appsDone = false;
@@ -262,27 +331,32 @@ export function computePodActions(pod: Pod, observed: ObservedPod, now: number, 
       actions.start.push({ name: spec.name, restartCount: cur.restartCount + 1, init: false });
       continue;
     }
-    if (shouldRestart(policy, cur)) restartOrBackOff(pod, spec.name, cur, now, actions, false, backoff);
+    if (shouldRestart(policy, cur)) restartOrBackOff(p.pod, spec.name, cur, p.now, actions, false, p.backoff);
   }
-  // A pod that does not restart its app containers (a Job's) is over when they are: its
-  // sidecars are stopped, last started first, and not restarted.
-  if (appsDone && apps.length > 0) {
-    const sidecars = new Set(inits.filter(isSidecar).map((c) => c.name));
-    actions.start = actions.start.filter((s) => !sidecars.has(s.name));
-    for (const s of sidecars) delete actions.waiting[s];
-    for (const spec of [...inits].reverse()) {
-      const cur = sidecars.has(spec.name) ? inSandbox(spec.name) : undefined;
-      if (cur && (cur.state === 'running' || cur.state === 'created')) actions.kill.push({ id: cur.id, name: spec.name, reason: 'the pod\'s app containers have completed', event: `Stopping container ${spec.name}` });
-    }
-    // Ephemeral containers end with the pod's work too (the kubelet kills the whole pod then).
-    for (const ec of ephemerals) {
-      actions.start = actions.start.filter((s) => s.name !== ec.name);
-      for (const c of named(ec.name)) {
-        if (c.podSandboxId === sb.id && (c.state === 'running' || c.state === 'created')) actions.kill.push({ id: c.id, name: ec.name, reason: 'the pod\'s app containers have completed', event: `Stopping container ${ec.name}` });
-      }
+  return appsDone;
+}
+
+/**
+ * A pod that does not restart its app containers (a Job's) is over when they are: its
+ * sidecars are stopped, last started first, and not restarted; its ephemeral containers end
+ * with the pod's work too (the kubelet kills the whole pod then).
+ */
+function stopWhenAppsCompleted(p: PlanInput, sb: ObservedSandbox, inSandbox: InSandbox): void {
+  const { actions } = p;
+  const completed = 'the pod\'s app containers have completed';
+  const sidecars = new Set(p.inits.filter(isSidecar).map((c) => c.name));
+  actions.start = actions.start.filter((s) => !sidecars.has(s.name));
+  for (const s of sidecars) delete actions.waiting[s];
+  for (const spec of [...p.inits].reverse()) {
+    const cur = sidecars.has(spec.name) ? inSandbox(spec.name) : undefined;
+    if (cur && (cur.state === 'running' || cur.state === 'created')) actions.kill.push({ id: cur.id, name: spec.name, reason: completed, event: `Stopping container ${spec.name}` });
+  }
+  for (const ec of ephemeralContainers(p.pod)) {
+    actions.start = actions.start.filter((s) => s.name !== ec.name);
+    for (const c of p.named(ec.name)) {
+      if (c.podSandboxId === sb.id && (c.state === 'running' || c.state === 'created')) actions.kill.push({ id: c.id, name: ec.name, reason: completed, event: `Stopping container ${ec.name}` });
     }
   }
-  return actions;
 }
 
 /**
