@@ -31,7 +31,7 @@ import type { PodFeed } from '../pods/sources/sources.js';
 import type { PodStatusApi } from '../pods/status/status-writer.js';
 import type { ReviewClient, SubjectAccessReviewSpec } from '../server/auth.js';
 import { ControlPlaneClient, EVENTS, LEASES, NODES, PODS, type ResourceType } from './client.js';
-import { loadKubeconfig } from './kubeconfig.js';
+import { loadKubeconfig, type ClusterAccess } from './kubeconfig.js';
 import { sharedExecCredentials } from './exec-credential.js';
 import { dropManagedFields, Reflector } from './reflector.js';
 import type { RateLimiter } from './rate-limit.js';
@@ -89,9 +89,57 @@ export interface ControlPlanePorts {
   close(): Promise<void>;
 }
 
+/** The three clients (see the top of this file), what every port is built from. */
+interface Clients {
+  /** The main client, rate-limited by `apiLimiter`. */
+  client: ControlPlaneClient;
+  /** The events', rate-limited by `eventLimiter`. */
+  eventClient: ControlPlaneClient;
+  /** The Lease's and the Node status', without a rate limit. */
+  heartbeat: ControlPlaneClient;
+}
+
+/** This node's Node, watched: started at the first look (the reporter's, the lease's or the mirror pods'), stopped with the reporter and at close. */
+interface NodeWatch {
+  /** NodeApi.watchedNode: undefined for another node, before the watch listed, or while it fails. */
+  watched(name: string): { node: Node | undefined } | undefined;
+  stop(): Promise<void>;
+}
+
+/**
+ * Builds the ports, each by its own function below from the client it must use; loads the
+ * kubeconfig (throws naming file and field) and makes no request.
+ */
 export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: Logger, o: PortsOptions = {}): ControlPlanePorts {
   const access = { ...loadKubeconfig(kubeconfig), ...(o.clientCertificate ?? {}) };
   const log = logger.child({ component: 'control-plane' });
+  const clients = buildClients(access, log, o);
+  const { client, eventClient, heartbeat } = clients;
+  const objects = new ControlPlaneObjects({ client, logger: log.child({ component: 'api-objects' }) });
+  const nodeWatch = watchNode(client, nodeName, log);
+  return {
+    server: client.server,
+    nodes: nodePort(clients, nodeWatch),
+    leases: leasePort(heartbeat, nodeWatch),
+    reviews: reviewPort(client),
+    pods: podFeed(client, nodeName, log),
+    podStatus: podStatusPort(client),
+    mirrorPods: mirrorPodPort(client, nodeWatch),
+    events: eventPort(eventClient),
+    objects,
+    setClientCertificate(cert, key) {
+      for (const c of [client, eventClient, heartbeat]) c.setClientCertificate(cert, key);
+    },
+    close: async () => {
+      await objects.close();
+      await nodeWatch.stop();
+      await Promise.all([client.close(), eventClient.close(), heartbeat.close()]);
+    },
+  };
+}
+
+/** The three clients of `access`; constructing them connects nothing. */
+function buildClients(access: ClusterAccess, log: Logger, o: PortsOptions): Clients {
   // A credential plugin (kubeconfig `exec`): one for the three clients, its failures logged.
   const credentials = access.exec ? sharedExecCredentials(access.exec, { logger: log.child({ component: 'credential-plugin' }) }) : undefined;
   const cred = credentials ? { credentials } : {};
@@ -101,129 +149,142 @@ export function controlPlanePorts(kubeconfig: string, nodeName: string, logger: 
   // The heartbeat client: no rate limit; two connections of its own, so a Lease renewal and a
   // Node status patch never queue behind each other.
   const heartbeat = new ControlPlaneClient({ access, ...cred, connections: 2, timeoutMs: o.leaseTimeoutMs ?? 10_000 });
-  const objects = new ControlPlaneObjects({ client, logger: log.child({ component: 'api-objects' }) });
-  const getNode = (name: string) => orUndefined(client.get<Node>(NODES, { name }));
-  let reflector: Reflector<Pod> | undefined;
-  // The deliveries of the pods' full set (see pods.start).
-  let deliveries: ThrottledDelivery | undefined;
-  // This node's Node, watched: started at the first look (the reporter's, the lease's or the
-  // mirror pods'), stopped with the reporter and at close.
-  let nodeWatch: Reflector<Node> | undefined;
-  const watchedNode = (name: string): { node: Node | undefined } | undefined => {
-    if (name !== nodeName) return undefined;
-    if (!nodeWatch) {
-      nodeWatch = new Reflector<Node>({ client, type: NODES, fieldSelector: `metadata.name=${nodeName}`, logger: log, onEvent: () => {}, transform: dropManagedFields });
-      nodeWatch.start();
-      return undefined;
-    }
-    // Not listed yet, or failing: the reporter asks with a GET instead.
-    if (!nodeWatch.healthy()) return undefined;
-    return { node: nodeWatch.state.get(`/${nodeName}`) };
-  };
-  // Grace period 0 ends a graceful deletion; the UID precondition spares a pod recreated under the name.
-  const deletePod = async (namespace: string, name: string, uid: string) => {
-    await client.delete(PODS, { namespace, name }, { body: { gracePeriodSeconds: 0, preconditions: { uid } } });
-  };
+  return { client, eventClient, heartbeat };
+}
+
+function watchNode(client: ControlPlaneClient, nodeName: string, log: Logger): NodeWatch {
+  let reflector: Reflector<Node> | undefined;
   return {
-    server: client.server,
-    nodes: {
-      // The reporter's read of its Node when the watch cannot tell (and registration's): the heartbeat's, as the kubelet's.
-      getNode: (name) => orUndefined(heartbeat.get<Node>(NODES, { name })),
-      createNode: (node) => client.create(NODES, node),
-      // Strategic merge: conditions and addresses merge by type, as the kubelet patches them.
-      // On the heartbeat client, as the kubelet's node status: never held by the main client's rate limit.
-      patchNodeStatus: (name, status: NodeStatus) => heartbeat.patch<Node>(NODES, { name }, { status }, { type: 'strategic', subresource: 'status' }),
-      watchedNode,
-      async stopWatch() {
-        await nodeWatch?.stop();
-      },
-    },
-    leases: {
-      getNode: async (name) => watchedNode(name)?.node ?? orUndefined(heartbeat.get<Node>(NODES, { name })),
-      getLease: (namespace, name) => orUndefined(heartbeat.get<Lease>(LEASES, { namespace, name })),
-      createLease: (lease) => heartbeat.create(LEASES, lease),
-      updateLease: (lease) => heartbeat.update(LEASES, lease),
-    },
-    reviews: {
-      async tokenReview(token) {
-        const r = await client.create<{ metadata?: object; status?: { authenticated?: boolean; user?: { username: string; uid?: string; groups?: string[] }; error?: string } }>(TOKEN_REVIEWS, {
-          apiVersion: 'authentication.k8s.io/v1',
-          kind: 'TokenReview',
-          spec: { token },
-        } as never);
-        return { authenticated: !!r.status?.authenticated, ...(r.status?.user ? { user: r.status.user } : {}), ...(r.status?.error ? { error: r.status.error } : {}) };
-      },
-      async subjectAccessReview(spec: SubjectAccessReviewSpec) {
-        const r = await client.create<{ metadata?: object; status?: { allowed?: boolean; denied?: boolean; reason?: string; evaluationError?: string } }>(SUBJECT_ACCESS_REVIEWS, {
-          apiVersion: 'authorization.k8s.io/v1',
-          kind: 'SubjectAccessReview',
-          spec,
-        } as never);
-        return {
-          allowed: !!r.status?.allowed,
-          ...(r.status?.denied ? { denied: true } : {}),
-          ...(r.status?.reason ? { reason: r.status.reason } : {}),
-          ...(r.status?.evaluationError ? { evaluationError: r.status.evaluationError } : {}),
-        };
-      },
-    },
-    pods: {
-      async start(onPods) {
-        // The consumers take full sets: a burst of watch events (a chunk of the stream holds
-        // many) is handed on as one set after the burst, not one set per event, so 5,000
-        // events do not cost 5,000 walks of every pod, and timers (the Lease) still run; and
-        // at most one set every POD_DELIVERY_GAP_MS while events keep coming.
-        const d = new ThrottledDelivery(() => onPods(reflector!.state.items()), { gapMs: POD_DELIVERY_GAP_MS });
-        deliveries = d;
-        reflector = new Reflector<Pod>({
-          client,
-          type: PODS,
-          fieldSelector: `spec.nodeName=${nodeName}`,
-          logger: log,
-          // Only the fields nodelet reads are kept: managedFields go (about half of a pod's JSON once its status was written).
-          transform: dropManagedFields,
-          onEvent: () => d.request(),
-        });
+    watched(name) {
+      if (name !== nodeName) return undefined;
+      if (!reflector) {
+        reflector = new Reflector<Node>({ client, type: NODES, fieldSelector: `metadata.name=${nodeName}`, logger: log, onEvent: () => {}, transform: dropManagedFields });
         reflector.start();
-        await reflector.waitForSync();
-        // The first full set is delivered before start resolves (PodFeed's contract).
-        if (d.pending) d.flush();
-      },
-      async stop() {
-        await reflector?.stop();
-        deliveries?.cancel();
-      },
+        return undefined;
+      }
+      // Not listed yet, or failing: the reporter asks with a GET instead.
+      if (!reflector.healthy()) return undefined;
+      return { node: reflector.state.get(`/${nodeName}`) };
     },
-    podStatus: {
-      async patchPodStatus(namespace, name, uid, status) {
-        // The UID in the patch: a pod recreated under the same name refuses the old one's status.
-        await client.patch<Pod>(PODS, { namespace, name }, { metadata: { uid }, status }, { type: 'strategic', subresource: 'status' });
-      },
-      deletePod: (namespace, name, uid) => deletePod(namespace, name, uid),
+    async stop() {
+      await reflector?.stop();
     },
-    mirrorPods: {
-      nodeUid: async (name) => (watchedNode(name)?.node ?? (await getNode(name)))?.metadata?.uid,
-      async createPod(pod) {
-        await client.create<Pod>(PODS, pod);
-      },
-      deletePod: (namespace, name, uid) => deletePod(namespace, name, uid),
+  };
+}
+
+function nodePort({ client, heartbeat }: Clients, nodeWatch: NodeWatch): NodeApi {
+  return {
+    // The reporter's read of its Node when the watch cannot tell (and registration's): the heartbeat's, as the kubelet's.
+    getNode: (name) => orUndefined(heartbeat.get<Node>(NODES, { name })),
+    createNode: (node) => client.create(NODES, node),
+    // Strategic merge: conditions and addresses merge by type, as the kubelet patches them.
+    // On the heartbeat client, as the kubelet's node status: never held by the main client's rate limit.
+    patchNodeStatus: (name, status: NodeStatus) => heartbeat.patch<Node>(NODES, { name }, { status }, { type: 'strategic', subresource: 'status' }),
+    watchedNode: (name) => nodeWatch.watched(name),
+    stopWatch: () => nodeWatch.stop(),
+  };
+}
+
+function leasePort(heartbeat: ControlPlaneClient, nodeWatch: NodeWatch): LeaseApi {
+  return {
+    getNode: async (name) => nodeWatch.watched(name)?.node ?? orUndefined(heartbeat.get<Node>(NODES, { name })),
+    getLease: (namespace, name) => orUndefined(heartbeat.get<Lease>(LEASES, { namespace, name })),
+    createLease: (lease) => heartbeat.create(LEASES, lease),
+    updateLease: (lease) => heartbeat.update(LEASES, lease),
+  };
+}
+
+function reviewPort(client: ControlPlaneClient): ReviewClient {
+  return {
+    async tokenReview(token) {
+      const r = await client.create<{ metadata?: object; status?: { authenticated?: boolean; user?: { username: string; uid?: string; groups?: string[] }; error?: string } }>(TOKEN_REVIEWS, {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenReview',
+        spec: { token },
+      } as never);
+      return { authenticated: !!r.status?.authenticated, ...(r.status?.user ? { user: r.status.user } : {}), ...(r.status?.error ? { error: r.status.error } : {}) };
     },
-    events: {
-      async create(event) {
-        await eventClient.create(EVENTS, event as never);
-      },
-      async patch(namespace, name, patch) {
-        await eventClient.mergePatch(EVENTS, { namespace, name }, patch);
-      },
+    async subjectAccessReview(spec: SubjectAccessReviewSpec) {
+      const r = await client.create<{ metadata?: object; status?: { allowed?: boolean; denied?: boolean; reason?: string; evaluationError?: string } }>(SUBJECT_ACCESS_REVIEWS, {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SubjectAccessReview',
+        spec,
+      } as never);
+      return {
+        allowed: !!r.status?.allowed,
+        ...(r.status?.denied ? { denied: true } : {}),
+        ...(r.status?.reason ? { reason: r.status.reason } : {}),
+        ...(r.status?.evaluationError ? { evaluationError: r.status.evaluationError } : {}),
+      };
     },
-    objects,
-    setClientCertificate(cert, key) {
-      for (const c of [client, eventClient, heartbeat]) c.setClientCertificate(cert, key);
+  };
+}
+
+/** This node's pods: a reflector with `fieldSelector=spec.nodeName=<node>`, its full set delivered after each burst of events. */
+function podFeed(client: ControlPlaneClient, nodeName: string, log: Logger): PodFeed {
+  let reflector: Reflector<Pod> | undefined;
+  let deliveries: ThrottledDelivery | undefined;
+  return {
+    async start(onPods) {
+      // The consumers take full sets: a burst of watch events (a chunk of the stream holds
+      // many) is handed on as one set after the burst, not one set per event, so 5,000
+      // events do not cost 5,000 walks of every pod, and timers (the Lease) still run; and
+      // at most one set every POD_DELIVERY_GAP_MS while events keep coming.
+      const d = new ThrottledDelivery(() => onPods(reflector!.state.items()), { gapMs: POD_DELIVERY_GAP_MS });
+      deliveries = d;
+      reflector = new Reflector<Pod>({
+        client,
+        type: PODS,
+        fieldSelector: `spec.nodeName=${nodeName}`,
+        logger: log,
+        // Only the fields nodelet reads are kept: managedFields go (about half of a pod's JSON once its status was written).
+        transform: dropManagedFields,
+        onEvent: () => d.request(),
+      });
+      reflector.start();
+      await reflector.waitForSync();
+      // The first full set is delivered before start resolves (PodFeed's contract).
+      if (d.pending) d.flush();
     },
-    close: async () => {
-      await objects.close();
-      await nodeWatch?.stop();
-      await Promise.all([client.close(), eventClient.close(), heartbeat.close()]);
+    async stop() {
+      await reflector?.stop();
+      deliveries?.cancel();
+    },
+  };
+}
+
+function podStatusPort(client: ControlPlaneClient): PodStatusApi {
+  return {
+    async patchPodStatus(namespace, name, uid, status) {
+      // The UID in the patch: a pod recreated under the same name refuses the old one's status.
+      await client.patch<Pod>(PODS, { namespace, name }, { metadata: { uid }, status }, { type: 'strategic', subresource: 'status' });
+    },
+    deletePod: (namespace, name, uid) => deletePod(client, namespace, name, uid),
+  };
+}
+
+function mirrorPodPort(client: ControlPlaneClient, nodeWatch: NodeWatch): MirrorPodApi {
+  return {
+    nodeUid: async (name) => (nodeWatch.watched(name)?.node ?? (await orUndefined(client.get<Node>(NODES, { name }))))?.metadata?.uid,
+    async createPod(pod) {
+      await client.create<Pod>(PODS, pod);
+    },
+    deletePod: (namespace, name, uid) => deletePod(client, namespace, name, uid),
+  };
+}
+
+/** Grace period 0 ends a graceful deletion; the UID precondition spares a pod recreated under the name. */
+async function deletePod(client: ControlPlaneClient, namespace: string, name: string, uid: string): Promise<void> {
+  await client.delete(PODS, { namespace, name }, { body: { gracePeriodSeconds: 0, preconditions: { uid } } });
+}
+
+function eventPort(eventClient: ControlPlaneClient): EventApi {
+  return {
+    async create(event) {
+      await eventClient.create(EVENTS, event as never);
+    },
+    async patch(namespace, name, patch) {
+      await eventClient.mergePatch(EVENTS, { namespace, name }, patch);
     },
   };
 }
