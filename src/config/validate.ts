@@ -6,7 +6,8 @@
  *    reported against that file and dropped so that merging can go on and later problems
  *    are found too. Unknown fields are warnings (the kubelet's lenient decoding fallback).
  * 2. validateConfig(): the merged, defaulted configuration, as the kubelet's validation
- *    does: ranges, enums, IP addresses, eviction thresholds, feature gates, endpoints.
+ *    does, one small function per group of fields (SECTIONS, in report order): ranges,
+ *    enums, IP addresses, eviction thresholds, feature gates, endpoints.
  *    Each problem names the origin (file, 'flag' or 'default') of the offending value.
  *
  * ConfigError carries all problems of both passes; loadConfig throws it.
@@ -193,193 +194,276 @@ function endpointProblem(v: string): string | undefined {
 }
 
 /**
- * Pass 2: the effective configuration. `originOf(path)` names where each value came from.
- * Returns every problem found (empty when valid).
+ * What each section of pass 2 reads and reports through: the effective configuration and one
+ * collector of problems, each problem named on its field and on the file that set it.
+ * Closures, not methods: the sections hand `get` and `add` on as they are.
  */
-export function validateConfig(config: JsonObject, originOf: (path: readonly string[]) => string): ConfigProblem[] {
-  const problems: ConfigProblem[] = [];
-  const add = (p: readonly string[], message: string) => problems.push({ file: originOf(p), field: pathKey(p), message });
+interface Checker {
+  /** The effective value at `p`, or undefined. */
+  readonly get: (p: readonly string[]) => Json | undefined;
+  /** A problem of the value at `p`, named on the file that set it. */
+  readonly add: (p: readonly string[], message: string) => void;
+  /** A problem reported on `p` but named on the file that set `originPath` (a list's item, or a field that another one needs). */
+  readonly addAt: (originPath: readonly string[], p: readonly string[], message: string) => void;
+  /** Who set the value at `p`: a file, 'flag' or 'default'. */
+  readonly originOf: (p: readonly string[]) => string;
+  /** Whether feature gate `name` is on with the configured featureGates. */
+  readonly gateOn: (name: string) => boolean;
+}
+
+function checker(config: JsonObject, originOf: (path: readonly string[]) => string, problems: ConfigProblem[]): Checker {
   const get = (p: readonly string[]): Json | undefined => {
     let cur: Json | undefined = config;
     for (const seg of p) cur = isJsonObject(cur) ? cur[seg] : undefined;
     return cur;
   };
-  const intIn = (p: string[], min: number, max: number, message: string) => {
-    const v = get(p);
-    if (typeof v === 'number' && (v < min || v > max)) add(p, `${message}, got ${v}`);
+  const addAt = (originPath: readonly string[], p: readonly string[], message: string) => {
+    problems.push({ file: originOf(originPath), field: pathKey(p), message });
   };
-  const oneOf = (p: string[], allowed: readonly string[], emptyOk = false) => {
-    const v = get(p);
-    if (typeof v === 'string' && !allowed.includes(v) && !(emptyOk && v === '')) {
-      add(p, `must be one of ${allowed.join(', ')}${emptyOk ? ' (or empty)' : ''}, got ${JSON.stringify(v)}`);
-    }
+  const gateOn = (name: string) => {
+    const gates = get(['featureGates']);
+    return isFeatureEnabled({ featureGates: isJsonObject(gates) ? (gates as Record<string, boolean>) : {} }, name);
   };
-  const ip = (p: string[]) => {
-    const v = get(p);
-    if (typeof v === 'string' && net.isIP(v) === 0) add(p, `must be an IP address, got ${JSON.stringify(v)}`);
-  };
+  return { get, add: (p, message) => addAt(p, p, message), addAt, originOf, gateOn };
+}
 
-  intIn(['port'], 1, 65535, 'must be between 1 and 65535, inclusive');
-  intIn(['readOnlyPort'], 0, 65535, 'must be between 0 and 65535, inclusive (0 disables it)');
-  intIn(['healthzPort'], 0, 65535, 'must be between 1 and 65535, inclusive, or 0 to disable /healthz');
-  intIn(['maxPods'], 1, Infinity, 'must be greater than 0');
-  intIn(['nodeLeaseDurationSeconds'], 1, Infinity, 'must be greater than 0');
-  intIn(['maxParallelImagePulls'], 1, Infinity, 'must be greater than 0');
+/**
+ * Pass 2, one section per group of fields, run in this order: the order problems are
+ * reported in (feature gates last).
+ */
+const SECTIONS: readonly ((c: Checker) => void)[] = [
+  checkPortsAndLimits,
+  checkNetwork,
+  checkRegisterWithTaints,
+  checkEnums,
+  checkParallelImagePulls,
+  checkDurations,
+  checkRuntimeEndpoints,
+  checkServingCertificate,
+  checkContainerLogMaxSize,
+  checkEvictionHard,
+  checkImageGC,
+  checkReservations,
+  checkCrashLoopBackOff,
+  checkImagePullCredentials,
+  (c) => validateShutdownFields(c.get, c.add),
+  (c) => validateEvictionFields(c.get, c.add, EVICTION_SIGNALS),
+  // A problem of a field the operator did not set (kubeReservedCgroup) is named on the file that set the one that needs it.
+  (c) => validateCgroupFields(c.get, c.addAt),
+  checkFeatureGates,
+];
+
+/**
+ * Pass 2: the effective configuration. `originOf(path)` names where each value came from.
+ * Returns every problem found (empty when valid).
+ */
+export function validateConfig(config: JsonObject, originOf: (path: readonly string[]) => string): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  const c = checker(config, originOf, problems);
+  for (const section of SECTIONS) section(c);
+  return problems;
+}
+
+/** An integer field within [min, max] (the document pass checked it is an integer). */
+function intIn(c: Checker, p: readonly string[], min: number, max: number, message: string): void {
+  const v = c.get(p);
+  if (typeof v === 'number' && (v < min || v > max)) c.add(p, `${message}, got ${v}`);
+}
+
+function oneOf(c: Checker, p: readonly string[], allowed: readonly string[], emptyOk = false): void {
+  const v = c.get(p);
+  if (typeof v === 'string' && !allowed.includes(v) && !(emptyOk && v === '')) {
+    c.add(p, `must be one of ${allowed.join(', ')}${emptyOk ? ' (or empty)' : ''}, got ${JSON.stringify(v)}`);
+  }
+}
+
+function checkPortsAndLimits(c: Checker): void {
+  intIn(c, ['port'], 1, 65535, 'must be between 1 and 65535, inclusive');
+  intIn(c, ['readOnlyPort'], 0, 65535, 'must be between 0 and 65535, inclusive (0 disables it)');
+  intIn(c, ['healthzPort'], 0, 65535, 'must be between 1 and 65535, inclusive, or 0 to disable /healthz');
+  intIn(c, ['maxPods'], 1, Infinity, 'must be greater than 0');
+  intIn(c, ['nodeLeaseDurationSeconds'], 1, Infinity, 'must be greater than 0');
+  intIn(c, ['maxParallelImagePulls'], 1, Infinity, 'must be greater than 0');
   // As the kubelet: no negative rate (0 is client-go's default, 5 a second; src/controlplane/rate-limit.ts).
-  intIn(['kubeAPIQPS'], 0, Infinity, 'must not be a negative number');
-  intIn(['kubeAPIBurst'], 0, Infinity, 'must not be a negative number');
-  ip(['address']);
-  ip(['healthzBindAddress']);
-  const dns = get(['clusterDNS']);
+  intIn(c, ['kubeAPIQPS'], 0, Infinity, 'must not be a negative number');
+  intIn(c, ['kubeAPIBurst'], 0, Infinity, 'must not be a negative number');
+}
+
+/** Bind addresses, cluster DNS servers and the pod CIDR(s). */
+function checkNetwork(c: Checker): void {
+  for (const field of ['address', 'healthzBindAddress']) {
+    const v = c.get([field]);
+    if (typeof v === 'string' && net.isIP(v) === 0) c.add([field], `must be an IP address, got ${JSON.stringify(v)}`);
+  }
+  const dns = c.get(['clusterDNS']);
   if (Array.isArray(dns)) {
     dns.forEach((item, i) => {
-      if (typeof item === 'string' && net.isIP(item) === 0) add(['clusterDNS'], `item ${i} must be an IP address, got ${JSON.stringify(item)}`);
+      if (typeof item === 'string' && net.isIP(item) === 0) c.add(['clusterDNS'], `item ${i} must be an IP address, got ${JSON.stringify(item)}`);
     });
   }
-  const podCIDR = get(['podCIDR']);
+  const podCIDR = c.get(['podCIDR']);
   if (typeof podCIDR === 'string' && podCIDR !== '') {
     // Comma-separated CIDRs (dual stack), as the runtime takes them.
     for (const part of podCIDR.split(',')) {
       const [addr = '', bits = ''] = part.trim().split('/');
       const max = net.isIP(addr) === 4 ? 32 : net.isIP(addr) === 6 ? 128 : -1;
-      if (max < 0 || !/^\d{1,3}$/.test(bits) || Number(bits) > max) add(['podCIDR'], `must be a CIDR or comma-separated CIDRs (such as 10.244.1.0/24), got ${JSON.stringify(podCIDR)}`);
+      if (max < 0 || !/^\d{1,3}$/.test(bits) || Number(bits) > max) c.add(['podCIDR'], `must be a CIDR or comma-separated CIDRs (such as 10.244.1.0/24), got ${JSON.stringify(podCIDR)}`);
     }
   }
-  // registerWithTaints: taints as the Node carries them (admission reads their NoExecute ones).
-  const taints = get(['registerWithTaints']);
-  if (Array.isArray(taints)) {
-    const taintProblem = (i: number, field: string, message: string) => problems.push({ file: originOf(['registerWithTaints']), field: `registerWithTaints.${i}${field ? `.${field}` : ''}`, message });
-    taints.forEach((t, i) => {
-      if (!isJsonObject(t)) return taintProblem(i, '', `must be a taint object (key, value, effect), got ${describe(t)}`);
-      const key = t['key'];
-      if (typeof key !== 'string' || !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(key)) taintProblem(i, 'key', `must be a qualified name (such as example.com/dedicated), got ${JSON.stringify(key)}`);
-      if (!['NoSchedule', 'PreferNoSchedule', 'NoExecute'].includes(t['effect'] as string)) taintProblem(i, 'effect', `must be one of NoSchedule, PreferNoSchedule, NoExecute, got ${JSON.stringify(t['effect'])}`);
-      if (t['value'] !== undefined && typeof t['value'] !== 'string') taintProblem(i, 'value', `must be a string, got ${describe(t['value'])}`);
-    });
-  }
-  oneOf(['authorization', 'mode'], ['AlwaysAllow', 'Webhook']);
-  oneOf(['memorySwap', 'swapBehavior'], ['NoSwap', 'LimitedSwap'], true);
-  oneOf(['cgroupDriver'], ['cgroupfs', 'systemd']);
-  oneOf(['hairpinMode'], ['promiscuous-bridge', 'hairpin-veth', 'none']);
+}
 
-  const parallel = get(['maxParallelImagePulls']);
-  if (typeof parallel === 'number' && parallel > 1 && get(['serializeImagePulls']) === true) {
-    // The kubelet's rule: parallel pulls need serializeImagePulls: false.
-    add(['maxParallelImagePulls'], `must be 1 (or unset) when serializeImagePulls is true, got ${parallel}`);
-  }
+/** registerWithTaints: taints as the Node carries them (admission reads their NoExecute ones). Named on the file that set the list. */
+function checkRegisterWithTaints(c: Checker): void {
+  const taints = c.get(['registerWithTaints']);
+  if (!Array.isArray(taints)) return;
+  const taintProblem = (i: number, field: string, message: string) => c.addAt(['registerWithTaints'], ['registerWithTaints', String(i), ...(field ? [field] : [])], message);
+  taints.forEach((t, i) => {
+    if (!isJsonObject(t)) return taintProblem(i, '', `must be a taint object (key, value, effect), got ${describe(t)}`);
+    const key = t['key'];
+    if (typeof key !== 'string' || !/^([a-z0-9]([-a-z0-9.]*[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/.test(key)) taintProblem(i, 'key', `must be a qualified name (such as example.com/dedicated), got ${JSON.stringify(key)}`);
+    if (!['NoSchedule', 'PreferNoSchedule', 'NoExecute'].includes(t['effect'] as string)) taintProblem(i, 'effect', `must be one of NoSchedule, PreferNoSchedule, NoExecute, got ${JSON.stringify(t['effect'])}`);
+    if (t['value'] !== undefined && typeof t['value'] !== 'string') taintProblem(i, 'value', `must be a string, got ${describe(t['value'])}`);
+  });
+}
 
+/** The fields that take one of a few words. */
+function checkEnums(c: Checker): void {
+  oneOf(c, ['authorization', 'mode'], ['AlwaysAllow', 'Webhook']);
+  oneOf(c, ['memorySwap', 'swapBehavior'], ['NoSwap', 'LimitedSwap'], true);
+  oneOf(c, ['cgroupDriver'], ['cgroupfs', 'systemd']);
+  oneOf(c, ['hairpinMode'], ['promiscuous-bridge', 'hairpin-veth', 'none']);
+}
+
+/** The kubelet's rule: parallel pulls need serializeImagePulls: false. */
+function checkParallelImagePulls(c: Checker): void {
+  const parallel = c.get(['maxParallelImagePulls']);
+  if (typeof parallel === 'number' && parallel > 1 && c.get(['serializeImagePulls']) === true) {
+    c.add(['maxParallelImagePulls'], `must be 1 (or unset) when serializeImagePulls is true, got ${parallel}`);
+  }
+}
+
+/** No duration field is negative (their syntax was checked by the document pass). */
+function checkDurations(c: Checker): void {
   for (const p of durationPaths()) {
-    const v = get(p);
-    if (typeof v === 'string' && parseDurationNs(v) < 0n) add(p, `must not be negative, got ${JSON.stringify(v)}`);
+    const v = c.get(p);
+    if (typeof v === 'string' && parseDurationNs(v) < 0n) c.add(p, `must not be negative, got ${JSON.stringify(v)}`);
   }
+}
 
+function checkRuntimeEndpoints(c: Checker): void {
   for (const field of ['containerRuntimeEndpoint', 'imageServiceEndpoint']) {
-    const v = get([field]);
+    const v = c.get([field]);
     if (typeof v === 'string' && v !== '') {
       const problem = endpointProblem(v);
-      if (problem) add([field], problem);
+      if (problem) c.add([field], problem);
     }
   }
+}
 
-  const cert = get(['tlsCertFile']);
-  const key = get(['tlsPrivateKeyFile']);
+/** The serving certificate and its key come together, or neither (a self-signed one). */
+function checkServingCertificate(c: Checker): void {
+  const cert = c.get(['tlsCertFile']);
+  const key = c.get(['tlsPrivateKeyFile']);
   if ((typeof cert === 'string' && cert !== '') !== (typeof key === 'string' && key !== '')) {
     const [set, missing] = cert ? ['tlsCertFile', 'tlsPrivateKeyFile'] : ['tlsPrivateKeyFile', 'tlsCertFile'];
-    add([set], `is set but ${missing} is not; set both, or neither for a self-signed certificate`);
+    c.add([set], `is set but ${missing} is not; set both, or neither for a self-signed certificate`);
   }
+}
 
-  // A quantity ("10Mi"); the kubelet refuses what it cannot parse (a negative one turns rotation off).
-  const logMax = get(['containerLogMaxSize']);
-  if (typeof logMax === 'string') {
+/** A quantity ("10Mi"); the kubelet refuses what it cannot parse (a negative one turns rotation off). */
+function checkContainerLogMaxSize(c: Checker): void {
+  const logMax = c.get(['containerLogMaxSize']);
+  if (typeof logMax !== 'string') return;
+  try {
+    parseQuantity(logMax);
+  } catch (err) {
+    c.add(['containerLogMaxSize'], (err as Error).message);
+  }
+}
+
+/** Known signals, each a positive quantity or a percentage (the soft thresholds: validate-eviction.ts). */
+function checkEvictionHard(c: Checker): void {
+  const eviction = c.get(['evictionHard']);
+  if (!isJsonObject(eviction)) return;
+  for (const [signal, value] of Object.entries(eviction)) {
+    const p = ['evictionHard', signal];
+    if (!EVICTION_SIGNALS.has(signal)) {
+      c.add(p, `unsupported eviction signal ${signal} (known: ${[...EVICTION_SIGNALS].join(', ')})`);
+      continue;
+    }
+    if (typeof value !== 'string') continue;
     try {
-      parseQuantity(logMax);
+      parseThresholdValue(value);
     } catch (err) {
-      add(['containerLogMaxSize'], (err as Error).message);
+      c.add(p, (err as Error).message);
     }
   }
+}
 
-  const eviction = get(['evictionHard']);
-  if (isJsonObject(eviction)) {
-    for (const [signal, value] of Object.entries(eviction)) {
-      const p = ['evictionHard', signal];
-      if (!EVICTION_SIGNALS.has(signal)) {
-        add(p, `unsupported eviction signal ${signal} (known: ${[...EVICTION_SIGNALS].join(', ')})`);
-        continue;
-      }
-      if (typeof value !== 'string') continue;
-      try {
-        parseThresholdValue(value);
-      } catch (err) {
-        add(p, (err as Error).message);
-      }
-    }
-  }
-
-  // Image garbage collection and the node's images, as the kubelet validates them.
-  intIn(['imageGCHighThresholdPercent'], 0, 100, 'must be between 0 and 100, inclusive');
-  intIn(['imageGCLowThresholdPercent'], 0, 100, 'must be between 0 and 100, inclusive');
-  const gcHigh = get(['imageGCHighThresholdPercent']);
-  const gcLow = get(['imageGCLowThresholdPercent']);
+/** Image garbage collection and the node's images, as the kubelet validates them. */
+function checkImageGC(c: Checker): void {
+  intIn(c, ['imageGCHighThresholdPercent'], 0, 100, 'must be between 0 and 100, inclusive');
+  intIn(c, ['imageGCLowThresholdPercent'], 0, 100, 'must be between 0 and 100, inclusive');
+  const gcHigh = c.get(['imageGCHighThresholdPercent']);
+  const gcLow = c.get(['imageGCLowThresholdPercent']);
   if (typeof gcHigh === 'number' && typeof gcLow === 'number' && gcLow >= gcHigh) {
     // Named on the field the operator set (a defaulted low threshold is not what is wrong).
-    if (originOf(['imageGCLowThresholdPercent']) === 'default') add(['imageGCHighThresholdPercent'], `must be greater than imageGCLowThresholdPercent (${gcLow}), got ${gcHigh}`);
-    else add(['imageGCLowThresholdPercent'], `must be less than imageGCHighThresholdPercent (${gcHigh}), got ${gcLow}`);
+    if (c.originOf(['imageGCLowThresholdPercent']) === 'default') c.add(['imageGCHighThresholdPercent'], `must be greater than imageGCLowThresholdPercent (${gcLow}), got ${gcHigh}`);
+    else c.add(['imageGCLowThresholdPercent'], `must be less than imageGCHighThresholdPercent (${gcHigh}), got ${gcLow}`);
   }
-  const maxAge = get(['imageMaximumGCAge']);
-  const minAge = get(['imageMinimumGCAge']);
+  const maxAge = c.get(['imageMaximumGCAge']);
+  const minAge = c.get(['imageMinimumGCAge']);
   if (typeof maxAge === 'string' && typeof minAge === 'string') {
     const max = parseDurationNs(maxAge);
-    if (max > 0n && max <= parseDurationNs(minAge)) add(['imageMaximumGCAge'], `must be greater than imageMinimumGCAge (${minAge}), got ${JSON.stringify(maxAge)}`);
+    if (max > 0n && max <= parseDurationNs(minAge)) c.add(['imageMaximumGCAge'], `must be greater than imageMinimumGCAge (${minAge}), got ${JSON.stringify(maxAge)}`);
   }
-  intIn(['nodeStatusMaxImages'], -1, Infinity, 'must be -1 or greater');
-  // kubeReserved/systemReserved: the resources the kubelet can reserve, as non-negative quantities.
+  intIn(c, ['nodeStatusMaxImages'], -1, Infinity, 'must be -1 or greater');
+}
+
+/** kubeReserved/systemReserved: the resources the kubelet can reserve, as non-negative quantities. */
+function checkReservations(c: Checker): void {
   for (const field of ['kubeReserved', 'systemReserved']) {
-    const m = get([field]);
+    const m = c.get([field]);
     if (!isJsonObject(m)) continue;
     for (const [k, v] of Object.entries(m)) {
       const p = [field, k];
       if (!['cpu', 'memory', 'ephemeral-storage', 'pid'].includes(k)) {
-        add(p, `cannot reserve ${JSON.stringify(k)} (only cpu, memory, ephemeral-storage and pid)`);
+        c.add(p, `cannot reserve ${JSON.stringify(k)} (only cpu, memory, ephemeral-storage and pid)`);
         continue;
       }
       if (typeof v !== 'string') continue;
       try {
-        if (parseQuantity(v).sign < 0) add(p, `must not be negative, got ${JSON.stringify(v)}`);
+        if (parseQuantity(v).sign < 0) c.add(p, `must not be negative, got ${JSON.stringify(v)}`);
       } catch (err) {
-        add(p, (err as Error).message);
+        c.add(p, (err as Error).message);
       }
     }
   }
+}
 
-  // The kubelet's rule (KubeletCrashLoopBackOffMax): the period only with its gate, and within 1s..300s.
-  const restartPeriod = get(['crashLoopBackOff', 'maxContainerRestartPeriod']);
-  if (typeof restartPeriod === 'string') {
-    const gates = get(['featureGates']);
-    const on = isFeatureEnabled({ featureGates: isJsonObject(gates) ? (gates as Record<string, boolean>) : {} }, 'KubeletCrashLoopBackOffMax');
-    const ns = parseDurationNs(restartPeriod);
-    if (!on) add(['crashLoopBackOff', 'maxContainerRestartPeriod'], 'must not be set: the feature gate KubeletCrashLoopBackOffMax is not enabled');
-    else if (ns < 1_000_000_000n || ns > 300_000_000_000n) add(['crashLoopBackOff', 'maxContainerRestartPeriod'], `must be between 1s and 300s, got ${JSON.stringify(restartPeriod)}`);
+/** The kubelet's rule (KubeletCrashLoopBackOffMax): the period only with its gate, and within 1s..300s. */
+function checkCrashLoopBackOff(c: Checker): void {
+  const p = ['crashLoopBackOff', 'maxContainerRestartPeriod'];
+  const restartPeriod = c.get(p);
+  if (typeof restartPeriod !== 'string') return;
+  const ns = parseDurationNs(restartPeriod);
+  if (!c.gateOn('KubeletCrashLoopBackOffMax')) c.add(p, 'must not be set: the feature gate KubeletCrashLoopBackOffMax is not enabled');
+  else if (ns < 1_000_000_000n || ns > 300_000_000_000n) c.add(p, `must be between 1s and 300s, got ${JSON.stringify(restartPeriod)}`);
+}
+
+/** The kubelet's rules (KubeletEnsureSecretPulledImages): the policy and its allowlist only with the gate; image-pull-credentials.ts. */
+function checkImagePullCredentials(c: Checker): void {
+  const on = c.gateOn('KubeletEnsureSecretPulledImages');
+  for (const [field, message] of imagePullCredentialsProblems(c.get(['imagePullCredentialsVerificationPolicy']), c.get(['preloadedImagesVerificationAllowlist']), on)) c.add([field], message);
+}
+
+/** Unknown and locked gates (warnings for GA and deprecated ones: resolve.ts). */
+function checkFeatureGates(c: Checker): void {
+  const gates = c.get(['featureGates']);
+  if (!isJsonObject(gates)) return;
+  for (const [name, value] of Object.entries(gates)) {
+    if (typeof value !== 'boolean') continue;
+    const problem = featureGateProblem(name, value);
+    if (problem) c.add(['featureGates', name], problem);
   }
-
-  // The kubelet's rules (KubeletEnsureSecretPulledImages): the policy and its allowlist only with the gate; image-pull-credentials.ts.
-  {
-    const gates = get(['featureGates']);
-    const on = isFeatureEnabled({ featureGates: isJsonObject(gates) ? (gates as Record<string, boolean>) : {} }, 'KubeletEnsureSecretPulledImages');
-    for (const [field, message] of imagePullCredentialsProblems(get(['imagePullCredentialsVerificationPolicy']), get(['preloadedImagesVerificationAllowlist']), on)) add([field], message);
-  }
-
-  validateShutdownFields(get, add);
-  validateEvictionFields(get, add, EVICTION_SIGNALS);
-  // A problem of a field the operator did not set (kubeReservedCgroup) is named on the file that set the one that needs it.
-  validateCgroupFields(get, (originPath, p, message) => problems.push({ file: originOf(originPath), field: pathKey(p), message }));
-
-  const gates = get(['featureGates']);
-  if (isJsonObject(gates)) {
-    for (const [name, value] of Object.entries(gates)) {
-      if (typeof value !== 'boolean') continue;
-      const problem = featureGateProblem(name, value);
-      if (problem) add(['featureGates', name], problem);
-    }
-  }
-  return problems;
 }
