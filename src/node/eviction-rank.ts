@@ -170,3 +170,13 @@ export function evictionMessage(resource: StarvedResource, pod: Pod, stats: PodS
   }
   return message;
 }
+
+/** A configured quantity as Go prints it back: binary-suffixed ones canonical (`1024Mi` -> `1Gi`), the others as written. */
+export function canonicalText(text: string): string {
+  try {
+    const q = parseQuantity(text);
+    return q.format === 'BinarySI' ? formatBinary(q.value) : text;
+  } catch {
+    return text;
+  }
+}

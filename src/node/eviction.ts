@@ -23,6 +23,10 @@
  *    evicted: the next in rank is. After an eviction the next turn comes 1 s after the pod was
  *    stopped (the kubelet waits for the pod's cleanup, then turns at once).
  *
+ * Before step 4 acts, local storage limits (local-storage.ts, `localStorageCapacityIsolation`):
+ * every active pod over an emptyDir `sizeLimit` or an `ephemeral-storage` limit is evicted at
+ * once, and such a turn evicts nothing else (the kubelet's localStorageEviction).
+ *
  * The thresholds are parsed from a validated configuration (config/validate.ts): a bad value
  * here is a bug and throws. A turn never throws: a failure is logged and the next turn tries
  * again.
@@ -36,7 +40,8 @@ import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
 import type { PodStats } from '../metrics/stats.js';
 import { evictionAdmitHandler, isCriticalPod, type Eviction, type PodAdmitHandler } from '../pods/sync/admission.js';
-import { evictionMessage, formatBinary, formatDecimal, rankForEviction, SIGNAL_RESOURCE, statsByUid, type StarvedResource } from './eviction-rank.js';
+import { canonicalText, evictionMessage, formatBinary, formatDecimal, rankForEviction, SIGNAL_RESOURCE, statsByUid, type StarvedResource } from './eviction-rank.js';
+import { hasLocalStorageLimit, localStorageViolation, type LocalUsage } from './local-storage.js';
 import { PRESSURE_TYPES, SIGNAL_CONDITION, SIGNALS, type Observations, type PressureType, type Signal } from './pressure.js';
 
 /** The kubelet's housekeeping period for the eviction manager (monitoringInterval). */
@@ -181,6 +186,8 @@ export interface EvictionManagerOptions {
   /** The pods' usage (the Summary's pods, from CRI stats); a failure ranks every pod as without stats. */
   podStats: () => Promise<readonly PodStats[]>;
   pods: EvictionPods;
+  /** With `localStorageCapacityIsolation`: measures a pod that declares a local storage limit. */
+  measureLocalStorage?: (pod: Pod) => Promise<LocalUsage>;
   /** Node-level reclaim for disk signals: removes unused images; resolves when done (never needed to succeed). */
   reclaimImages?: () => Promise<unknown>;
   /** `evictionMaxPodGracePeriod` (seconds): the most a soft eviction gives a pod; negative: the pod's own. */
@@ -204,6 +211,8 @@ export interface EvictionOutcome {
   /** Node-level reclaim relieved the pressure: no pod evicted. */
   reclaimed?: boolean;
   evicted?: { uid: string; name: string; message: string; gracePeriodSeconds: number };
+  /** Pods evicted for their local storage limits this turn (`evicted` is the first). */
+  localStorage?: Array<NonNullable<EvictionOutcome['evicted']>>;
 }
 
 export class EvictionManager {
@@ -235,8 +244,8 @@ export class EvictionManager {
   }
 
   start(signal?: AbortSignal): void {
-    if (this.#o.thresholds.length === 0) {
-      this.#o.logger.info('no eviction thresholds: the eviction manager does nothing');
+    if (this.#o.thresholds.length === 0 && !this.#o.measureLocalStorage) {
+      this.#o.logger.info('no eviction thresholds and no local storage isolation: the eviction manager does nothing');
       return;
     }
     this.#loop.start(signal);
@@ -267,6 +276,8 @@ export class EvictionManager {
     this.#logConditions(d.conditions, obs);
     this.#conditions = d.conditions;
     const out: EvictionOutcome = { conditions: d.conditions };
+    const local = await this.#localStorageEviction();
+    if (local.length) return { ...out, evicted: local[0], localStorage: local };
     const threshold = d.act[0];
     if (!threshold) return out;
     out.signal = threshold.signal;
@@ -324,6 +335,38 @@ export class EvictionManager {
     return undefined;
   }
 
+  /** Evicts every active pod over a local storage limit (the kubelet's localStorageEviction). */
+  async #localStorageEviction(): Promise<Array<NonNullable<EvictionOutcome['evicted']>>> {
+    const o = this.#o;
+    const evicted: Array<NonNullable<EvictionOutcome['evicted']>> = [];
+    if (!o.measureLocalStorage) return evicted;
+    const pods = o.pods.activePods().filter(hasLocalStorageLimit);
+    if (!pods.length) return evicted;
+    const statsOf = statsByUid(await o.podStats().catch(() => [] as PodStats[]));
+    for (const pod of pods) {
+      const name = `${pod.metadata?.namespace}/${pod.metadata?.name}`;
+      const usage = await o.measureLocalStorage(pod).catch((err) => void o.logger.warn({ pod: name, err: errorMessage(err) }, `eviction manager: cannot measure the local storage of ${name}: ${errorMessage(err)}`));
+      if (!usage) continue;
+      if (usage.truncated) o.logger.warn({ pod: name }, `eviction manager: ${name}'s local storage has too many files to count in one turn; counted in part`);
+      const message = localStorageViolation(pod, usage, statsOf(pod));
+      if (!message) continue;
+      if (isCriticalPod(pod)) {
+        o.logger.warn({ pod: name }, 'eviction manager: cannot evict a critical pod');
+        continue;
+      }
+      const uid = pod.metadata?.uid ?? '';
+      o.events.emit(podRef(pod), 'Warning', EVICTED_REASON, message);
+      o.logger.info({ pod: name, uid, gracePeriodSeconds: IMMEDIATE_EVICTION_GRACE_SECONDS }, `evicting pod: ${message}`);
+      const e = { reason: EVICTED_REASON, message, gracePeriodSeconds: IMMEDIATE_EVICTION_GRACE_SECONDS, disruptionTarget: false };
+      const ok = await o.pods.evict(uid, e).catch((err) => {
+        o.logger.warn({ uid, err: errorMessage(err) }, `eviction manager: pod failed to evict: ${errorMessage(err)}`);
+        return true;
+      });
+      if (ok) evicted.push({ uid, name, message, gracePeriodSeconds: IMMEDIATE_EVICTION_GRACE_SECONDS });
+    }
+    return evicted;
+  }
+
   /** A soft eviction's grace: the pod's own, at most evictionMaxPodGracePeriod (negative: no bound). */
   #softGrace(pod: Pod): number {
     const own = pod.spec?.terminationGracePeriodSeconds;
@@ -357,14 +400,4 @@ function thresholdShown(resource: StarvedResource, act: readonly EvictionThresho
     return { quantity, available: o.available };
   }
   return undefined;
-}
-
-/** A configured quantity as Go prints it back: binary-suffixed ones canonical (`1024Mi` -> `1Gi`), the others as written. */
-function canonicalText(text: string): string {
-  try {
-    const q = parseQuantity(text);
-    return q.format === 'BinarySI' ? formatBinary(q.value) : text;
-  } catch {
-    return text;
-  }
 }

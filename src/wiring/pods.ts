@@ -13,6 +13,8 @@
  * Subscribers, not callbacks assigned after the fact.
  */
 import os from 'node:os';
+import path from 'node:path';
+import type { Pod } from 'kubernetes-types/core/v1.js';
 import { parseDuration } from '../config/duration.js';
 import { isFeatureEnabled } from '../config/feature-gates.js';
 import type { Service } from '../loop.js';
@@ -20,6 +22,7 @@ import type { HostCheckRun } from '../node/host-facts.js';
 import { nodeSwapFromFacts } from '../node/host-facts.js';
 import { nodeShutdownFor } from '../node/shutdown-manager.js';
 import { EvictionManager, evictionThresholds } from '../node/eviction.js';
+import { measureLocalUsage, type LocalStorageDirs } from '../node/local-storage.js';
 import { SignalReader } from '../node/signals.js';
 import { readMachineFacts } from '../node/facts.js';
 import { filesystemBytes, nodeViewFor } from '../node/node-view.js';
@@ -33,7 +36,10 @@ import { ContainerLogManager, parseLogMaxSize } from '../pods/logs/log-rotation.
 import { DEFAULT_CONTAINER_LOG_DIR } from '../pods/logs/log-symlinks.js';
 import { PodManager } from '../pods/sync/manager.js';
 import { backoffPolicy } from '../pods/sync/plan.js';
+import { isDnsLabel } from '../pods/sources/pod-validation.js';
 import { PodSources } from '../pods/sources/sources.js';
+import { apiVolumeDir } from '../pods/volumes/api-data.js';
+import { emptyDirPath, podLogDir } from '../pods/volumes/volumes.js';
 import { StaticPodSource } from '../pods/sources/static-source.js';
 import { RuntimeEvents } from '../runtime/runtime-events.js';
 import type { ImagePullRecords } from '../system/root-dir.js';
@@ -247,6 +253,7 @@ function evictionManagerFor(ctx: WiringContext, rt: RuntimeWiring, pods: PodMana
     thresholds,
     observe: () => signals.observe(),
     podStats: async () => (await rt.observability.stats()).summary.pods,
+    ...(cfg.localStorageCapacityIsolation ? { measureLocalStorage: (pod: Pod) => measureLocalUsage(pod, localStorageDirs(flags.rootDir, cfg.podLogsDir)) } : {}),
     pods,
     reclaimImages: () => images.deleteUnusedImages(),
     maxPodGracePeriodSeconds: cfg.evictionMaxPodGracePeriod ?? 0,
@@ -256,6 +263,18 @@ function evictionManagerFor(ctx: WiringContext, rt: RuntimeWiring, pods: PodMana
     events: mode.events,
     nodeName: identity.nodeName,
   });
+}
+
+/** Where a pod's local volumes and container logs are (refuses names that would be paths). */
+function localStorageDirs(rootDir: string, podLogsDir: string): LocalStorageDirs {
+  const meta = (pod: Pod) => ({ namespace: pod.metadata?.namespace ?? '', name: pod.metadata?.name ?? '', uid: pod.metadata?.uid ?? '' });
+  return {
+    volumeDir: (pod, v) => (v.emptyDir ? emptyDirPath(rootDir, meta(pod).uid, v.name) : apiVolumeDir(rootDir, pod, v)),
+    containerLogDir: (pod, container) => {
+      const m = meta(pod);
+      return isDnsLabel(container) ? path.join(podLogDir(podLogsDir, m.namespace, m.name, m.uid), container) : undefined;
+    },
+  };
 }
 
 /**

@@ -212,6 +212,8 @@ export interface Eviction {
   reason: string;
   message: string;
   gracePeriodSeconds: number;
+  /** false: no DisruptionTarget condition (local storage limits, as the kubelet); default true. */
+  disruptionTarget?: boolean;
 }
 
 /** The kubelet's IsCriticalPod (src/pods/cri/swap.ts): never evicted, admitted under pressure. */

@@ -786,10 +786,12 @@ export function observedKey(o: ObservedPod | undefined): string {
 
 /**
  * An evicted pod's status (the kubelet's eviction PodStatusFunc): Failed, the eviction's
- * reason and message, and a DisruptionTarget condition (reason TerminationByKubelet) whose
- * transition time stays that of the first status that had it.
+ * reason and message, and (unless the eviction says not) a DisruptionTarget condition (reason
+ * TerminationByKubelet) whose transition time stays that of the first status that had it.
  */
 function evictedStatus(status: PodStatus, e: Eviction, previous: PodStatus | undefined, now: number): PodStatus {
+  // Local storage evictions carry no condition (the kubelet passes none for them).
+  if (e.disruptionTarget === false) return { ...status, phase: 'Failed', reason: e.reason, message: e.message };
   const before = previous?.conditions?.find((c) => c.type === 'DisruptionTarget');
   const condition = { type: 'DisruptionTarget', status: 'True', reason: 'TerminationByKubelet', message: e.message, lastTransitionTime: before?.lastTransitionTime ?? new Date(Math.floor(now / 1000) * 1000).toISOString().replace('.000Z', 'Z') };
   return { ...status, phase: 'Failed', reason: e.reason, message: e.message, conditions: [...(status.conditions ?? []).filter((c) => c.type !== 'DisruptionTarget'), condition] };
