@@ -318,6 +318,43 @@ const MORE = -1;
 const DIGITS_LO = [0, 0xff, 0xffff, 0xffffff, -1, -1, -1, -1, -1, -1];
 const DIGITS_HI = [0, 0, 0, 0, 0, 0xff, 0xffff, 0xffffff, -1, -1];
 
+/**
+ * The layout of a record whose head was checked whole (CriLogLines.#head), which the records
+ * after it are compared with (#whole): its date and time to the second (and the fraction's
+ * `.`, if any), its count of fraction digits (0: no fraction), and what follows them up to
+ * its text (`Z stdout F `: zone, stream, tag, spaces), with F and with P; then the masks of
+ * its fraction digits (DIGITS_LO, DIGITS_HI) and the `0`s that fill the bytes past them.
+ */
+interface RecordLayout {
+  second: string;
+  fraction: number;
+  headF: string;
+  headP: string;
+  lo: number;
+  hi: number;
+  loFill: number;
+  hiFill: number;
+}
+
+/**
+ * What a layout's strings are before any record was checked: never matched, a char no latin1
+ * string (a chunk's) holds. (A newline would match an empty line: two of them before the
+ * first record were taken for one.)
+ */
+const NEVER = '\u0100';
+
+/** Sets `l` to the layout of a record (changed in place: the interpreter's loop reads one object of one shape). */
+function setLayout(l: RecordLayout, second: string, fraction: number, zoneStream: string): void {
+  l.second = second;
+  l.fraction = fraction;
+  l.headF = `${zoneStream}F `;
+  l.headP = `${zoneStream}P `;
+  l.lo = DIGITS_LO[fraction]!;
+  l.hi = DIGITS_HI[fraction]!;
+  l.loFill = 0x30303030 & ~l.lo;
+  l.hiFill = 0x30303030 & ~l.hi;
+}
+
 export interface CriLogLinesOptions {
   /** Each line prefixed with its first record's time and a space. */
   timestamps: boolean;
@@ -365,16 +402,8 @@ export class CriLogLines {
   #final = false;
   /** A `\r` ended the last chunk inside a text: text unless a `\n` comes next. */
   #pendingCR = false;
-  /**
-   * The layout of the last record whose head was checked whole: its date and time to the
-   * second (and the fraction's `.`, if any), its count of fraction digits (0: no fraction),
-   * and what follows them up to its text (`Z stdout F `: zone, stream, tag, spaces), with F
-   * and with P. Never matched before one was (no record holds a newline).
-   */
-  #second = '\n';
-  #fraction = 0;
-  #headF = '\n';
-  #headP = '\n';
+  /** The layout of the last record whose head was checked whole. */
+  readonly #layout: RecordLayout = { second: NEVER, fraction: 0, headF: NEVER, headP: NEVER, lo: 0, hi: 0, loFill: 0x30303030, hiFill: 0x30303030 };
   /** The second of the last UTC time #before parsed (never matched before one), and its ms. */
   #sinceSecond = '\n';
   #sinceSecondMs = 0;
@@ -487,9 +516,12 @@ export class CriLogLines {
       }
     }
     // Kept for the next chunk: copies of their own few bytes, so a follower between polls holds no chunk.
-    this.#second = own(this.#second);
-    this.#headF = own(this.#headF);
-    this.#headP = own(this.#headP);
+    const l = this.#layout;
+    if (l.second !== NEVER) {
+      l.second = own(l.second);
+      l.headF = own(l.headF);
+      l.headP = own(l.headP);
+    }
     this.#sinceSecond = own(this.#sinceSecond);
     return buf.subarray(base, o);
   }
@@ -497,7 +529,9 @@ export class CriLogLines {
   /**
    * The whole records `[i, end)` (`end` follows a newline), at a record's start, their
    * output moved down to `o`; returns the output's new end. The loop of every record: its
-   * locals are what the interpreter reads fastest.
+   * locals are what the interpreter reads fastest, so the layout is read into them (once a
+   * chunk, and again after a head checked whole) and nothing in the loop is a call of ours
+   * but the first record of a second (#head) and a line's time for `since` (#before).
    */
   #whole(buf: Buffer, s: string, o: number, i: number, end: number): number {
     const view = new DataView(buf.buffer, buf.byteOffset, buf.length);
@@ -507,14 +541,7 @@ export class CriLogLines {
     const plain = !stamps && since === undefined;
     let open = this.#open;
     let dropped = this.#dropped;
-    let second = this.#second;
-    let fraction = this.#fraction;
-    let headF = this.#headF;
-    let headP = this.#headP;
-    let lo = DIGITS_LO[fraction]!;
-    let hi = DIGITS_HI[fraction]!;
-    let loFill = 0x30303030 & ~lo;
-    let hiFill = 0x30303030 & ~hi;
+    let { second, fraction, headF, headP, lo, hi, loFill, hiFill } = this.#layout;
     while (i < end) {
       const nl = s.indexOf('\n', i);
       // The record without its line end (`\n`, or `\r\n`).
@@ -545,14 +572,7 @@ export class CriLogLines {
           i = nl + 1;
           continue;
         }
-        second = this.#second;
-        fraction = this.#fraction;
-        headF = this.#headF;
-        headP = this.#headP;
-        lo = DIGITS_LO[fraction]!;
-        hi = DIGITS_HI[fraction]!;
-        loFill = 0x30303030 & ~lo;
-        hiFill = 0x30303030 & ~hi;
+        ({ second, fraction, headF, headP, lo, hi, loFill, hiFill } = this.#layout);
         sp1 = s.indexOf(' ', i);
       }
       const final = at > 0;
@@ -612,11 +632,9 @@ export class CriLogLines {
     if (!isCriTime(s, i, sp1)) return 0;
     const zone = fractionEnd(s, i + SECOND_LENGTH, sp1);
     // The second with the fraction's `.`, if any; then zone and stream (`Z stdout `), with each tag.
-    this.#second = s.slice(i, zone === i + SECOND_LENGTH ? zone : i + SECOND_LENGTH + 1);
-    this.#fraction = zone === i + SECOND_LENGTH ? 0 : zone - i - SECOND_LENGTH - 1;
+    const fraction = zone === i + SECOND_LENGTH ? 0 : zone - i - SECOND_LENGTH - 1;
     const zoneStream = s.slice(zone, sp2 + 1);
-    this.#headF = `${zoneStream}F `;
-    this.#headP = `${zoneStream}P `;
+    setLayout(this.#layout, s.slice(i, fraction === 0 ? zone : i + SECOND_LENGTH + 1), fraction, zoneStream);
     const text = Math.min(sp3 + 1, e);
     return tag === 0x46 ? text : -text;
   }

@@ -327,125 +327,222 @@ export interface FollowOptions {
  * as the answer is complete. A follower holds one abort listener for its whole life.
  */
 export async function streamLogs(fh: fsp.FileHandle, target: LogTarget, o: LogOptions, write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal, f: FollowOptions = {}): Promise<void> {
-  let cur = fh;
-  let wake: (() => void) | undefined;
-  const onAbort = () => wake?.();
+  const follower = new LogFollower(fh, target, o, write, signal, f);
+  const onAbort = () => follower.wake();
   signal.addEventListener('abort', onAbort, { once: true });
   try {
-    const lines = new CriLogLines(o);
-    const flush = async (b: Buffer): Promise<boolean> => {
-      if (b.length > 0) await write(b);
-      return !lines.done;
-    };
-    // What is there now: tailLines applies to it.
-    const { size } = await fh.stat();
-    const from = o.tailLines !== undefined ? await tailStart(fh, size, o.tailLines) : 0;
-    let r = await readForward(fh, from, size, lines, write, signal);
-    if (!r.more) return;
-    if (!o.follow) {
-      await flush(lines.finish());
-      return;
-    }
-    // Follow: what is appended, until the instance stops (then what is left) or the client goes.
-    const pollMs = f.pollMs ?? 250;
-    const clock = f.clock ?? realClock;
-    /** cur's stamp once it is known to be a rotated file. */
-    let curStamp: string | undefined;
-    /** The new live file seen while cur is rotated: at how many polls in a row, and cur's size then. */
-    let grace: { ino: number; polls: number; curSize: number } | undefined;
-    for (;;) {
-      const done = !target.running();
-      const st = await cur.stat();
-      if (st.size < r.pos) {
-        // Truncated under us: start over from its beginning.
-        lines.reset();
-        r = { pos: 0, more: true };
-      }
-      r = await readForward(cur, r.pos, st.size, lines, write, signal);
-      if (!r.more) return;
-
-      // Is cur still the live file? If not, what comes after it, and may it be left now?
-      const live = await fsp.lstat(target.file).catch(() => undefined);
-      const mine = await cur.stat();
-      let moved = false;
-      if (!live || live.ino !== mine.ino || live.dev !== mine.dev) {
-        const list = await listRotated(target.file);
-        curStamp ??= await stampOf(list, cur, mine);
-        const newer = await rotatedAfter(list, curStamp, mine);
-        const liveFile = live?.isFile() ? live : undefined;
-        if (liveFile && newer.length === 0) {
-          grace = grace?.ino === liveFile.ino && grace.curSize === mine.size ? { ...grace, polls: grace.polls + 1 } : { ino: liveFile.ino, polls: 1, curSize: mine.size };
-        } else grace = undefined;
-        if (newer.length > 0 || done || (grace?.polls ?? 0) >= ROTATION_GRACE_POLLS) {
-          // The next file that may still grow: the oldest newer plain one, else the live one.
-          // Opened before cur is left, so a follower never holds nothing.
-          let next: { handle: fsp.FileHandle; stamp?: string } | undefined;
-          let skip = newer.length;
-          let confused = false;
-          for (let i = 0; i < newer.length && !next && !confused; i++) {
-            const p = newer[i]!.plain && (await openQuietly(newer[i]!.plain!));
-            if (p && p.ino === mine.ino) {
-              // cur itself, renamed again since its stamp was taken: never read twice; place it anew next poll.
-              await p.handle.close();
-              [confused, curStamp] = [true, undefined];
-            } else if (p) [next, skip] = [{ handle: p.handle, stamp: newer[i]!.stamp }, i];
-          }
-          if (!next && liveFile && !confused) {
-            const p = await openQuietly(target.file);
-            // Rotated again meanwhile: the file rotated in between would be skipped; look again next poll.
-            if (p && p.ino !== liveFile.ino) await p.handle.close();
-            else if (p) next = { handle: p.handle };
-          }
-          if (confused) await next?.handle.close();
-          else if (next || done) {
-            try {
-              r = await readForward(cur, r.pos, (await cur.stat()).size, lines, write, signal);
-            } catch (err) {
-              await next?.handle.close();
-              throw err;
-            }
-            // Without a next file (the container stopped), cur stays closed: closing again is a no-op.
-            await cur.close();
-            if (next) cur = next.handle;
-            if (!r.more) return;
-            // The compressed files between the two, oldest first; a plain one that could not be
-            // opened was compressed since the listing: its `.gz` (made before the plain one goes).
-            for (const between of newer.slice(0, skip)) {
-              const gz = between.gz ?? `${between.plain}${COMPRESSED}`;
-              let more = true;
-              await eachGunzipped(gz, async (c) => (more = (await flush(lines.push(c))) && !signal.aborted));
-              if (!more) return;
-            }
-            if (!next) {
-              await flush(lines.finish());
-              return;
-            }
-            curStamp = next.stamp;
-            grace = undefined;
-            r = { pos: 0, more: true };
-            moved = true;
-          }
-        }
-      } else {
-        // The live file again (a rotation the runtime refused is renamed back): its stamp, if any, is gone.
-        grace = undefined;
-        curStamp = undefined;
-      }
-      if (moved) continue;
-      if (done) {
-        await flush(lines.finish());
-        return;
-      }
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        if (signal.aborted) resolve();
-        else void clock.sleep(pollMs).then(resolve, resolve);
-      });
-      wake = undefined;
-      if (signal.aborted) return;
-    }
+    await follower.run();
   } finally {
     signal.removeEventListener('abort', onAbort);
-    await cur.close();
+    await follower.close();
+  }
+}
+
+/** What a follower's poll decided about the file it holds: keep it, it moved on to the next one, or the answer is over. */
+type Step = 'stay' | 'moved' | 'end';
+
+/** The next file a follower reads after its own: a rotated plain file (with its stamp) or the live file. */
+interface NextLog {
+  handle: fsp.FileHandle;
+  stamp?: string;
+}
+
+/**
+ * One streamLogs answer (see there): the file it holds (`cur`) and where it is in it, the
+ * decoder, and, while following, what it knows of cur's rotation. Each poll reads what cur
+ * gained (#readCur), then asks whether cur is still the live file and may be left
+ * (#checkRotation: the rotated file it is, those after it, the grace for the new live
+ * file), and when so moves on (#moveOn: cur to its end, the compressed files between,
+ * then the next file from its start), else sleeps until the next poll or an abort (#sleep).
+ */
+class LogFollower {
+  readonly #target: LogTarget;
+  readonly #o: LogOptions;
+  readonly #write: (chunk: Buffer) => void | Promise<void>;
+  readonly #signal: AbortSignal;
+  readonly #pollMs: number;
+  readonly #clock: Pick<Clock, 'sleep'>;
+  readonly #lines: CriLogLines;
+  /** The file read; closed when left (and by close()). */
+  #cur: fsp.FileHandle;
+  /** Where the next read in cur starts. */
+  #pos = 0;
+  /** cur's stamp once it is known to be a rotated file. */
+  #curStamp: string | undefined;
+  /** The new live file seen while cur is rotated: at how many polls in a row, and cur's size then. */
+  #grace: { ino: number; polls: number; curSize: number } | undefined;
+  /** Ends the current sleep (an abort). */
+  #wake: (() => void) | undefined;
+
+  constructor(fh: fsp.FileHandle, target: LogTarget, o: LogOptions, write: (chunk: Buffer) => void | Promise<void>, signal: AbortSignal, f: FollowOptions) {
+    this.#cur = fh;
+    this.#target = target;
+    this.#o = o;
+    this.#write = write;
+    this.#signal = signal;
+    this.#pollMs = f.pollMs ?? 250;
+    this.#clock = f.clock ?? realClock;
+    this.#lines = new CriLogLines(o);
+  }
+
+  wake(): void {
+    this.#wake?.();
+  }
+
+  /** Closes the file held (again: a no-op when it was closed on leaving it). */
+  close(): Promise<void> {
+    return this.#cur.close();
+  }
+
+  /** What is there now (tailLines applies to it), then with follow what is appended, until the instance stops (then what is left) or the client goes. */
+  async run(): Promise<void> {
+    const fh = this.#cur;
+    const { size } = await fh.stat();
+    const from = this.#o.tailLines !== undefined ? await tailStart(fh, size, this.#o.tailLines) : 0;
+    if (!(await this.#read(from, size))) return;
+    if (!this.#o.follow) {
+      await this.#flush(this.#lines.finish());
+      return;
+    }
+    for (;;) {
+      const done = !this.#target.running();
+      if (!(await this.#readCur())) return;
+      const step = await this.#checkRotation(done);
+      if (step === 'end') return;
+      if (step === 'moved') continue;
+      if (done) {
+        await this.#flush(this.#lines.finish());
+        return;
+      }
+      if (!(await this.#sleep())) return;
+    }
+  }
+
+  /** Writes `b` (the output writer: awaited, the response's backpressure); false when the answer is complete (limitBytes). */
+  async #flush(b: Buffer): Promise<boolean> {
+    if (b.length > 0) await this.#write(b);
+    return !this.#lines.done;
+  }
+
+  /** Reads cur from `from` to `to` (readForward); false when the answer is over. */
+  async #read(from: number, to: number): Promise<boolean> {
+    const r = await readForward(this.#cur, from, to, this.#lines, this.#write, this.#signal);
+    this.#pos = r.pos;
+    return r.more;
+  }
+
+  /** Reads what cur gained since the last read, from its start again when it was truncated under us; false when the answer is over. */
+  async #readCur(): Promise<boolean> {
+    const st = await this.#cur.stat();
+    if (st.size < this.#pos) {
+      this.#lines.reset();
+      this.#pos = 0;
+    }
+    return this.#read(this.#pos, st.size);
+  }
+
+  /** Is cur still the live file? If not, what comes after it, and may it be left now (then it is)? `done`: the container stopped before this poll's read. */
+  async #checkRotation(done: boolean): Promise<Step> {
+    const live = await fsp.lstat(this.#target.file).catch(() => undefined);
+    const mine = await this.#cur.stat();
+    if (live && live.ino === mine.ino && live.dev === mine.dev) {
+      // The live file again (a rotation the runtime refused is renamed back): its stamp, if any, is gone.
+      this.#grace = undefined;
+      this.#curStamp = undefined;
+      return 'stay';
+    }
+    const list = await listRotated(this.#target.file);
+    this.#curStamp ??= await stampOf(list, this.#cur, mine);
+    const newer = await rotatedAfter(list, this.#curStamp, mine);
+    const liveFile = live?.isFile() ? live : undefined;
+    if (liveFile && newer.length === 0) {
+      const g = this.#grace;
+      this.#grace = g?.ino === liveFile.ino && g.curSize === mine.size ? { ...g, polls: g.polls + 1 } : { ino: liveFile.ino, polls: 1, curSize: mine.size };
+    } else this.#grace = undefined;
+    if (newer.length === 0 && !done && (this.#grace?.polls ?? 0) < ROTATION_GRACE_POLLS) return 'stay';
+    const next = await this.#openNext(newer, mine.ino, liveFile?.ino);
+    if (next === 'confused' || (!next.log && !done)) return 'stay';
+    return this.#moveOn(newer.slice(0, next.skip), next.log);
+  }
+
+  /**
+   * The next file that may still grow, opened before cur is left (so a follower never holds
+   * nothing): the oldest of `newer` with a plain file that opens, else the live file (inode
+   * `liveIno`); `skip`, how many of `newer` come before it. 'confused' when one of them is
+   * cur itself, renamed again since its stamp was taken: never read twice, it is placed anew
+   * next poll.
+   */
+  async #openNext(newer: readonly RotatedLog[], mineIno: number, liveIno: number | undefined): Promise<{ log?: NextLog; skip: number } | 'confused'> {
+    for (let i = 0; i < newer.length; i++) {
+      const p = newer[i]!.plain && (await openQuietly(newer[i]!.plain!));
+      if (p && p.ino === mineIno) {
+        await p.handle.close();
+        this.#curStamp = undefined;
+        return 'confused';
+      }
+      if (p) return { log: { handle: p.handle, stamp: newer[i]!.stamp }, skip: i };
+    }
+    if (liveIno === undefined) return { skip: newer.length };
+    const p = await openQuietly(this.#target.file);
+    // Rotated again meanwhile: the file rotated in between would be skipped; look again next poll.
+    if (p && p.ino !== liveIno) {
+      await p.handle.close();
+      return { skip: newer.length };
+    }
+    return p ? { log: { handle: p.handle }, skip: newer.length } : { skip: newer.length };
+  }
+
+  /**
+   * Leaves cur for `next` (none: the container stopped): cur read to its end and closed, then
+   * the compressed files `between` them, oldest first, then, from the next poll, next from its
+   * start. Without a next file the answer ends (what is left of an open line with it).
+   */
+  async #moveOn(between: readonly RotatedLog[], next: NextLog | undefined): Promise<Step> {
+    let more: boolean;
+    try {
+      more = await this.#read(this.#pos, (await this.#cur.stat()).size);
+    } catch (err) {
+      await next?.handle.close();
+      throw err;
+    }
+    // Without a next file (the container stopped), cur stays closed: closing again is a no-op.
+    await this.#cur.close();
+    if (next) this.#cur = next.handle;
+    if (!more) return 'end';
+    if (!(await this.#readGzipped(between))) return 'end';
+    if (!next) {
+      await this.#flush(this.#lines.finish());
+      return 'end';
+    }
+    this.#curStamp = next.stamp;
+    this.#grace = undefined;
+    this.#pos = 0;
+    return 'moved';
+  }
+
+  /**
+   * The rotated files `between`, decompressed, oldest first; a plain one that could not be
+   * opened was compressed since the listing: its `.gz` (made before the plain one goes).
+   * False when the answer is over.
+   */
+  async #readGzipped(between: readonly RotatedLog[]): Promise<boolean> {
+    for (const r of between) {
+      const gz = r.gz ?? `${r.plain}${COMPRESSED}`;
+      let more = true;
+      await eachGunzipped(gz, async (c) => (more = (await this.#flush(this.#lines.push(c))) && !this.#signal.aborted));
+      if (!more) return false;
+    }
+    return true;
+  }
+
+  /** Waits for the next poll, or the client to go; false when it went. */
+  async #sleep(): Promise<boolean> {
+    await new Promise<void>((resolve) => {
+      this.#wake = resolve;
+      if (this.#signal.aborted) resolve();
+      else void this.#clock.sleep(this.#pollMs).then(resolve, resolve);
+    });
+    this.#wake = undefined;
+    return !this.#signal.aborted;
   }
 }

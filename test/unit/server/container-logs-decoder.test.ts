@@ -127,6 +127,18 @@ describe('record times', () => {
     const log = [`${s}.123456789Z stdout F a`, `${s}.12345678Z stdout F b`, `${s}.1234567890Z stdout F no`, `${s}Z stdout F c`, `${s}.1Z stderr F d`, `${s}.12+01:00 stdout F e`, `${s}.12+01:0x stdout F no`, `${s}.12 stdout F no`, `${s}.12Z stdout F:x:y f`, `${s}.12Z stdout F`, `${s}.12Z stdout FF no`, `${s}.12Z stdin F no`, ''].join('\n');
     expect(viaLines(Buffer.from(log), false)).toBe('a\nb\nc\nd\ne\nf\n\n');
   });
+
+  it('empty lines are not records, before the first record too (two of them there were once taken for one, garbling the answer)', () => {
+    const t = '2026-11-23T06:00:00.123Z';
+    for (const b of ['\n\n', '\n\n\n\n', 'junk\n\n\n', '\r\n\n']) {
+      const log = Buffer.from(`${b}${t} stdout F hi\n\n\n${t} stdout P p\n\n${t} stdout F q\n`);
+      expect(viaLines(log, false)).toBe('hi\npq\n');
+      expect(viaDecoder(log)).toBe('hi\npq\n');
+      expect(viaLines(log, true)).toBe(`${t} hi\n${t} pq\n`);
+      for (let cut = 0; cut <= log.length; cut++) expect(viaLines(log, false, cut)).toBe('hi\npq\n');
+    }
+    expect(viaLines(Buffer.from('\n\n\n\n'), true)).toBe('');
+  });
 });
 
 describe('CriLogLines.pushInPlace', () => {
