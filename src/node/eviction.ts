@@ -23,6 +23,12 @@
  *    evicted: the next in rank is. After an eviction the next turn comes 1 s after the pod was
  *    stopped (the kubelet waits for the pod's cleanup, then turns at once).
  *
+ * With `kernelMemcgNotification` (the kubelet's memory threshold notifier), memory is also read
+ * every second between turns, and a memory threshold crossed outside MemoryPressure wakes a
+ * turn at once: a crossing is seen within a second, not at the next housekeeping. The kubelet
+ * arms a cgroup v1 `cgroup.event_control` eventfd for it; Node.js makes no eventfd, so nodelet
+ * reads the same two files (and /proc/meminfo) each second, only when the option is set.
+ *
  * Before step 4 acts, local storage limits (local-storage.ts, `localStorageCapacityIsolation`):
  * every active pod over an emptyDir `sizeLimit` or an `ephemeral-storage` limit is evicted at
  * once, and such a turn evicts nothing else (the kubelet's localStorageEviction).
@@ -186,6 +192,10 @@ export interface EvictionManagerOptions {
   /** The pods' usage (the Summary's pods, from CRI stats); a failure ranks every pod as without stats. */
   podStats: () => Promise<readonly PodStats[]>;
   pods: EvictionPods;
+  /** With `kernelMemcgNotification`: reads memory.available alone (between turns, every `memoryWatchMs`). */
+  observeMemory?: () => Promise<Observations>;
+  /** How often observeMemory runs (1 s). */
+  memoryWatchMs?: number;
   /** With `localStorageCapacityIsolation`: measures a pod that declares a local storage limit. */
   measureLocalStorage?: (pod: Pod) => Promise<LocalUsage>;
   /** Node-level reclaim for disk signals: removes unused images; resolves when done (never needed to succeed). */
@@ -218,6 +228,7 @@ export interface EvictionOutcome {
 export class EvictionManager {
   readonly #o: EvictionManagerOptions;
   readonly #loop: Loop;
+  readonly #memoryWatch: Loop | undefined;
   #state: EvictionState = INITIAL_EVICTION_STATE;
   #conditions: PressureType[] = [];
   #evictedLastTurn = false;
@@ -231,6 +242,20 @@ export class EvictionManager {
       clock: o.clock,
       logger: o.logger,
     });
+    const memory = o.thresholds.filter((t) => t.signal === 'memory.available');
+    const observeMemory = o.observeMemory;
+    if (observeMemory && memory.length) {
+      this.#memoryWatch = new Loop({
+        name: 'eviction-memory',
+        turn: async () => {
+          if (this.#conditions.includes('MemoryPressure')) return; // the turns see to it
+          if (thresholdsMet(memory, await observeMemory(), false).length) this.#loop.wake();
+        },
+        delayMs: () => o.memoryWatchMs ?? 1000,
+        clock: o.clock,
+        logger: o.logger,
+      });
+    }
   }
 
   /** The node's pressure conditions as of the last turn (admission, logs). */
@@ -249,10 +274,11 @@ export class EvictionManager {
       return;
     }
     this.#loop.start(signal);
+    this.#memoryWatch?.start(signal);
   }
 
-  stop(): Promise<void> {
-    return this.#loop.stop();
+  async stop(): Promise<void> {
+    await Promise.all([this.#loop.stop(), this.#memoryWatch?.stop()]);
   }
 
   /** One turn (see the file comment). Never throws. */

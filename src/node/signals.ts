@@ -79,6 +79,11 @@ export class SignalReader {
     return Object.assign({}, ...parts) as Observations;
   }
 
+  /** memory.available alone (the eviction manager's memory watch); never rejects. */
+  observeMemory(): Promise<Observations> {
+    return this.#guard('memory', () => this.#memory());
+  }
+
   async #guard(group: Group, read: () => Promise<Observations>): Promise<Observations> {
     try {
       const obs = await read();

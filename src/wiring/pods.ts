@@ -252,6 +252,7 @@ function evictionManagerFor(ctx: WiringContext, rt: RuntimeWiring, pods: PodMana
   return new EvictionManager({
     thresholds,
     observe: () => signals.observe(),
+    ...(cfg.kernelMemcgNotification ? { observeMemory: () => signals.observeMemory() } : {}),
     podStats: async () => (await rt.observability.stats()).summary.pods,
     ...(cfg.localStorageCapacityIsolation ? { measureLocalStorage: (pod: Pod) => measureLocalUsage(pod, localStorageDirs(flags.rootDir, cfg.podLogsDir)) } : {}),
     pods,

@@ -5,8 +5,9 @@
  * measures it (MemTotal minus the root memory cgroup's working set, else MemAvailable); a
  * BestEffort pod then holds 1200Mi in a process (busybox dd's buffer, kept by a pipe nobody
  * reads), and is evicted (Failed, Evicted, the kubelet's message, the event) while a
- * Guaranteed pod keeps running. The time from the signal crossing the threshold (polled by
- * the test every 100 ms, from the same files) to the eviction in the API is printed.
+ * Guaranteed pod keeps running. With kernelMemcgNotification the crossing is seen within a
+ * second: the time from the signal crossing the threshold (polled by the test every 100 ms,
+ * from the same files) to the eviction in the API is printed and bounded.
  */
 import fs from 'node:fs';
 import type { Event as CoreEvent, Pod } from 'kubernetes-types/core/v1.js';
@@ -44,7 +45,8 @@ beforeAll(async () => {
   node = await startPodNode({
     kubeconfig: cluster.nodeKubeconfig(NODE_NAME),
     containerdDir: CONTAINERD_DIR,
-    config: { evictionHard: `{memory.available: ${thresholdMi}Mi}`, evictionPressureTransitionPeriod: '30s' },
+    // kernelMemcgNotification: the crossing is seen within a second, not at the next 10 s turn.
+    config: { evictionHard: `{memory.available: ${thresholdMi}Mi}`, evictionPressureTransitionPeriod: '30s', kernelMemcgNotification: true },
   });
 }, 180_000);
 
@@ -76,7 +78,7 @@ describe('eviction on containerd', () => {
       return p?.status?.phase === 'Failed' ? p : undefined;
     }, 60_000, 100);
     const evictedAt = Date.now();
-    console.log(`eviction: threshold ${thresholdMi}Mi crossed -> pod Failed/Evicted in the API after ${evictedAt - crossedAt} ms (kubelet housekeeping period: 10 s)`);
+    console.log(`eviction: threshold ${thresholdMi}Mi crossed -> pod Failed/Evicted in the API after ${evictedAt - crossedAt} ms with kernelMemcgNotification (kubelet housekeeping period: 10 s)`);
     console.log(`eviction message: ${evicted.status!.message}`);
     expect(evicted.status).toMatchObject({ phase: 'Failed', reason: 'Evicted' });
     expect(evicted.status!.message).toMatch(
@@ -85,9 +87,11 @@ describe('eviction on containerd', () => {
     expect(evicted.status!.conditions!.find((c) => c.type === 'DisruptionTarget')).toMatchObject({ status: 'True', reason: 'TerminationByKubelet' });
     const events = (await cluster.api.listAll<CoreEvent>(EVENTS, { namespace: 'default' })).items.filter((e) => e.involvedObject.name === 'hog' && e.reason === 'Evicted');
     expect(events[0]?.message).toBe(evicted.status!.message);
-    expect(evictedAt - crossedAt).toBeLessThan(20_000);
+    // Seen within a second, then the 1 s grace of a hard eviction and the status write (5.5 s
+    // without the memory watch: the next 10 s turn).
+    expect(evictedAt - crossedAt).toBeLessThan(5_000);
     // The memory came back with the pod's end: the Guaranteed pod is left alone.
     await new Promise((r) => setTimeout(r, 12_000));
-    expect((await getPod('steady'))?.status?.phase).toBe('Running');
+    expect((await getPod('steady'))?.status).toMatchObject({ phase: 'Running' });
   }, 240_000);
 });

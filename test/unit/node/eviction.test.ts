@@ -88,7 +88,7 @@ describe('the eviction message', () => {
 });
 
 /** Signals, stats and pods the manager reads, all set by the test. */
-function harness(cfg: Parameters<typeof evictionThresholds>[0], o: { maxPodGrace?: number; reclaimFrees?: number } = {}) {
+function harness(cfg: Parameters<typeof evictionThresholds>[0], o: { maxPodGrace?: number; reclaimFrees?: number; memoryWatch?: boolean } = {}) {
   const clock = new VirtualClock();
   let available = 4 * GB;
   let diskAvailable = 50 * GB;
@@ -108,6 +108,7 @@ function harness(cfg: Parameters<typeof evictionThresholds>[0], o: { maxPodGrace
   const m = new EvictionManager({
     thresholds: evictionThresholds(cfg, parseDuration).thresholds,
     observe: async (): Promise<Observations> => ({ 'memory.available': { available, capacity: GB }, 'nodefs.available': { available: diskAvailable, capacity: 100 * GB } }),
+    ...(o.memoryWatch ? { observeMemory: async (): Promise<Observations> => ({ 'memory.available': { available, capacity: GB } }) } : {}),
     podStats: async () => pods.filter((p) => usage.has(p.metadata!.uid!)).map((p) => stats(p, usage.get(p.metadata!.uid!)!)),
     pods: podsPort,
     reclaimImages: async () => {
@@ -260,6 +261,27 @@ describe('EvictionManager', () => {
       await h.m.stop();
     }
   });
+});
+
+describe('kernelMemcgNotification: a memory crossing seen within a second', () => {
+  for (const memoryWatch of [false, true]) {
+    it(memoryWatch ? 'with it: the turn comes within a second of the crossing' : 'without it: at the next 10 s housekeeping', async () => {
+      const h = harness({ evictionHard: { 'memory.available': '100Mi' } }, { memoryWatch });
+      h.add(pod('a'), 100 * Mi);
+      h.m.start();
+      try {
+        await h.clock.advance(2500);
+        const crossedAt = h.clock.now();
+        h.setAvailable(50 * Mi);
+        await h.clock.advanceUntil(() => h.evictions.length === 1, { stepMs: 100, maxMs: 20_000 });
+        const after = h.evictions[0]!.at - crossedAt;
+        if (memoryWatch) expect(after).toBeLessThanOrEqual(1000);
+        else expect(after).toBe(10_000 - 2500);
+      } finally {
+        await h.m.stop();
+      }
+    });
+  }
 });
 
 describe('decideEviction', () => {
