@@ -9,11 +9,13 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
+import type { Pod, PodSpec } from 'kubernetes-types/core/v1.js';
 import type { ControlPlaneClient } from '../../src/controlplane/client.js';
 import { startFakeRuntime, type FakeRuntime } from '../cri/fake-runtime.js';
 import { controlPlaneFaults, type ControlPlaneFaults } from '../control-plane/faults.js';
 import type { ControlPlane } from '../control-plane/server.js';
-import { freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../helpers/nodelet.js';
+import { connectedArgs, writeConnectedConfig } from '../helpers/connected-config.js';
+import { startNodelet, type NodeletProcess } from '../helpers/nodelet.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { startTestCluster } from '../helpers/test-cluster.js';
 import { removeDir } from '../helpers/cleanup.js';
@@ -45,26 +47,12 @@ export async function startConnectedNode(o: {
   const cri = await startFakeRuntime();
   const proxy = o.proxy ? await TcpProxy.start(cp.url) : undefined;
   const kc = cluster.nodeKubeconfig('n1', { via: proxy });
-  const ports = { https: await freePort(), healthz: await freePort() };
   if (o.manifests) {
     fs.mkdirSync(path.join(dir, 'manifests'));
     for (const [file, text] of Object.entries(o.manifests)) fs.writeFileSync(path.join(dir, 'manifests', file), text);
   }
-  writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port: ports.https,
-    readOnlyPort: 0,
-    healthzBindAddress: '127.0.0.1',
-    healthzPort: ports.healthz,
-    ...(o.webhook ? {} : { authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}', authorization: '{mode: AlwaysAllow}' }),
-    nodeLeaseDurationSeconds: 4,
-    nodeStatusUpdateFrequency: '1s',
-    ...(o.manifests ? { staticPodPath: path.join(dir, 'manifests') } : {}),
-    ...o.config,
-  });
-  const nodelet = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--kubeconfig', kc, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
+  const { ports } = await writeConnectedConfig(dir, cri.socketPath, { webhook: o.webhook, fields: { ...(o.manifests ? { staticPodPath: path.join(dir, 'manifests') } : {}), ...o.config } });
+  const nodelet = startNodelet(connectedArgs(dir, 'n1', kc));
   await nodelet.waitForMsg(/nodelet is ready/, 30_000);
   return {
     cp,
@@ -84,6 +72,26 @@ export async function startConnectedNode(o: {
       await cri.stop();
       await cluster.close();
       removeDir(dir); // nodelet leaves pods' volumes mounted, as the kubelet
+    },
+  };
+}
+
+/**
+ * A pod of namespace `default` bound to n1: one container `app` of `image` sleeping an hour,
+ * on the host network, no grace period, no service-account token; `spec` adds or overrides fields.
+ */
+export function n1Pod(name: string, spec: Partial<PodSpec> = {}, image = 'docker.io/local/busybox:latest'): Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default' },
+    spec: {
+      nodeName: 'n1',
+      hostNetwork: true,
+      terminationGracePeriodSeconds: 0,
+      automountServiceAccountToken: false,
+      containers: [{ name: 'app', image, imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }],
+      ...spec,
     },
   };
 }

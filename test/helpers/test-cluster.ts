@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { ControlPlaneClient, PODS } from '../../src/controlplane/client.js';
+import { SECRETS } from '../../src/controlplane/objects.js';
 import { loadKubeconfig } from '../../src/controlplane/kubeconfig.js';
 import { startControlPlane, type ControlPlane, type ControlPlaneOptions } from '../control-plane/server.js';
 import { tempDir } from './nodelet.js';
@@ -23,6 +24,11 @@ export interface TestCluster {
   nodeKubeconfig(node: string, o?: { via?: TcpProxy }): string;
   /** Deletes every pod in the API (what a node test's teardown does before its node goes). */
   deletePods(): Promise<void>;
+  /**
+   * Creates the bootstrap token `<id>.<secret>` (its `bootstrap-token-<id>` Secret in
+   * kube-system, usable for authentication; `more`: further data fields, as text).
+   */
+  createBootstrapToken(id: string, secret: string, more?: Record<string, string>): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -44,6 +50,10 @@ export async function startTestCluster(o: { prefix: string; controlPlane?: Contr
     async deletePods() {
       const { items } = await api.listAll<Pod>(PODS, {});
       for (const p of items) await api.delete(PODS, { namespace: p.metadata!.namespace!, name: p.metadata!.name! }).catch(() => undefined);
+    },
+    async createBootstrapToken(id, secret, more = {}) {
+      const data = Object.fromEntries(Object.entries({ 'token-id': id, 'token-secret': secret, 'usage-bootstrap-authentication': 'true', ...more }).map(([k, v]) => [k, Buffer.from(v).toString('base64')]));
+      await api.create(SECRETS, { apiVersion: 'v1', kind: 'Secret', metadata: { name: `bootstrap-token-${id}`, namespace: 'kube-system' }, type: 'bootstrap.kubernetes.io/token', data } as never);
     },
     async close() {
       await api.close();

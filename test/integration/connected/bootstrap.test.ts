@@ -8,7 +8,6 @@
  * reports it naming the request, asks again with a new key, and goes on once
  * `kubectl certificate approve` approves that one. Runs on the test CRI server.
  */
-import { execFile } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -17,13 +16,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NODES, PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, startNodelet, type NodeletProcess } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
 import { removeDir } from '../../helpers/cleanup.js';
+import { connectedArgs, tearDownConnected, writeConnectedConfig } from '../../helpers/connected-config.js';
+import { adminKubectl } from '../../helpers/kubectl.js';
 
 const CSRS: ResourceType = { group: 'certificates.k8s.io', version: 'v1', resource: 'certificatesigningrequests', namespaced: false };
-const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', namespaced: true };
-const KUBECTL = '/usr/bin/kubectl';
 
 interface Csr {
   metadata: { name: string; uid: string };
@@ -38,58 +37,23 @@ const started: NodeletProcess[] = [];
 beforeAll(async () => {
   cluster = await startTestCluster({ prefix: 'nodelet-bootstrap-' });
   cri = await startFakeRuntime();
-  const b64 = (s: string) => Buffer.from(s).toString('base64');
-  await cluster.api.create(SECRETS, {
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name: 'bootstrap-token-abcdef', namespace: 'kube-system' },
-    type: 'bootstrap.kubernetes.io/token',
-    data: { 'token-id': b64('abcdef'), 'token-secret': b64('0123456789abcdef'), 'usage-bootstrap-authentication': b64('true'), expiration: b64(new Date(Date.now() + 3600_000).toISOString()), 'auth-extra-groups': b64('system:bootstrappers:kubeadm:default-node-token') },
-  } as never);
+  await cluster.createBootstrapToken('abcdef', '0123456789abcdef', { expiration: new Date(Date.now() + 3600_000).toISOString(), 'auth-extra-groups': 'system:bootstrappers:kubeadm:default-node-token' });
 });
 
-afterAll(async () => {
-  await cluster?.deletePods();
-  for (const n of started) {
-    n.kill('SIGTERM');
-    await n.exited;
-  }
-  await cri?.stop();
-  await cluster?.close();
-  if (cluster) removeDir(cluster.dir); // nodelet leaves pods' volumes mounted, as the kubelet
-});
+afterAll(() => tearDownConnected({ cluster, cri, nodelets: started }));
 
-function kubectl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const dir = cluster.dir;
-  return new Promise((resolve) => {
-    execFile(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+const kubectl = (args: string[]) => adminKubectl(cluster.dir, args);
 
-/** A node's folder with its kubelet.yaml; returns the paths its flags use. */
-async function nodeDir(node: string): Promise<{ dir: string; config: string; kubeconfig: string; bootstrap: string; certDir: string }> {
-  const dir = path.join(cluster.dir, node);
+/** A node's folder in `parent`'s with its kubelet.yaml (`fields` over the connected test node's); returns the paths its flags use. */
+async function nodeDir(node: string, parent = cluster, fields: Record<string, undefined> = {}): Promise<{ dir: string; config: string; kubeconfig: string; bootstrap: string; certDir: string }> {
+  const dir = path.join(parent.dir, node);
   fs.mkdirSync(dir);
-  const config = writeKubeletConfig(dir, {
-    containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-    podLogsDir: path.join(dir, 'logs'),
-    address: '127.0.0.1',
-    port: await freePort(),
-    readOnlyPort: 0,
-    healthzBindAddress: '127.0.0.1',
-    healthzPort: await freePort(),
-    authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-    authorization: '{mode: AlwaysAllow}',
-    nodeLeaseDurationSeconds: 4,
-    nodeStatusUpdateFrequency: '1s',
-  });
+  const { config } = await writeConnectedConfig(dir, cri.socketPath, { fields });
   return { dir, config, kubeconfig: path.join(dir, 'kubelet.conf'), bootstrap: path.join(dir, 'bootstrap-kubelet.conf'), certDir: path.join(dir, 'pki') };
 }
 
 function start(node: string, d: Awaited<ReturnType<typeof nodeDir>>): NodeletProcess {
-  const n = startNodelet(['--config', d.config, '--kubeconfig', d.kubeconfig, '--bootstrap-kubeconfig', d.bootstrap, '--cert-dir', d.certDir, '--root-dir', path.join(d.dir, 'root'), '--lock-file', path.join(d.dir, 'lock'), '--hostname-override', node]);
+  const n = startNodelet(connectedArgs(d.dir, node, d.kubeconfig, ['--bootstrap-kubeconfig', d.bootstrap, '--cert-dir', d.certDir]));
   started.push(n);
   return n;
 }
@@ -155,23 +119,12 @@ describe('TLS bootstrap with a bootstrap token', () => {
     // A control plane of its own whose signer issues 4 s certificates.
     const short = await startTestCluster({ prefix: 'nodelet-bootstrap-expiry-', controlPlane: { csrSigningDurationMs: 4000 } });
     try {
-      const b64 = (s: string) => Buffer.from(s).toString('base64');
-      await short.api.create(SECRETS, {
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name: 'bootstrap-token-ghijkl', namespace: 'kube-system' },
-        type: 'bootstrap.kubernetes.io/token',
-        data: { 'token-id': b64('ghijkl'), 'token-secret': b64('0123456789abcdef'), 'usage-bootstrap-authentication': b64('true') },
-      } as never);
-      const dir = path.join(short.dir, 'x1');
-      fs.mkdirSync(dir);
-      const config = writeKubeletConfig(dir, { containerRuntimeEndpoint: `unix://${cri.socketPath}`, podLogsDir: path.join(dir, 'logs'), address: '127.0.0.1', port: await freePort(), readOnlyPort: 0, healthzBindAddress: '127.0.0.1', healthzPort: await freePort(), authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}', authorization: '{mode: AlwaysAllow}' });
-      const kubeconfig = path.join(dir, 'kubelet.conf');
-      const bootstrap = path.join(dir, 'bootstrap-kubelet.conf');
-      short.cp.writeKubeconfig(bootstrap, { token: 'ghijkl.0123456789abcdef' });
-      const args = ['--config', config, '--kubeconfig', kubeconfig, '--bootstrap-kubeconfig', bootstrap, '--cert-dir', path.join(dir, 'pki'), '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'x1'];
-      const first = startNodelet(args);
-      started.push(first);
+      await short.createBootstrapToken('ghijkl', '0123456789abcdef');
+      // The lease and status updates nodelet has by default.
+      const d = await nodeDir('x1', short, { nodeLeaseDurationSeconds: undefined, nodeStatusUpdateFrequency: undefined });
+      const { kubeconfig } = d;
+      short.cp.writeKubeconfig(d.bootstrap, { token: 'ghijkl.0123456789abcdef' });
+      const first = start('x1', d);
       await first.waitForMsg(/nodelet is ready/, 30_000);
       const issued = new X509Certificate(loadKubeconfig(kubeconfig).cert!);
       const csrsNow = async () => (await short.api.listAll<Csr>(CSRS as never, {})).items.filter((c) => c.spec.username === 'system:bootstrap:ghijkl');
@@ -179,8 +132,7 @@ describe('TLS bootstrap with a bootstrap token', () => {
       expect((await stop(first)).code).toBe(0);
       // Past its notAfter: the next start asks the signer again with the bootstrap token.
       await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(issued.validTo) + 1000 - Date.now())));
-      const second = startNodelet(args);
-      started.push(second);
+      const second = start('x1', d);
       await second.waitForMsg(/nodelet is ready/, 30_000);
       expect(second.records.some((r) => /expired at .*; bootstrapping a new one/.test(r.msg))).toBe(true);
       // A new request (the old one, its certificate expired, was removed by the csrcleaner).

@@ -28,7 +28,8 @@ import { loadKubeconfig } from '../../../src/controlplane/kubeconfig.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
 import { controlPlaneFaults, type FaultRequest } from '../../control-plane/faults.js';
 import { startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
-import { eventually, freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { connectedArgs, writeConnectedConfig } from '../../helpers/connected-config.js';
+import { eventually, startNodelet, type NodeletProcess } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
 import { removeDir } from '../../helpers/cleanup.js';
 
@@ -195,21 +196,8 @@ describe('answers past the bounds', () => {
     const kc = cluster.nodeKubeconfig('n1');
     proxy = await BombProxy.start(cluster, kc);
     fs.writeFileSync(kc, fs.readFileSync(kc, 'utf8').split(cluster.cp.url).join(proxy.url));
-    const ports = { https: await freePort(), healthz: await freePort() };
-    writeKubeletConfig(dir, {
-      containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-      podLogsDir: path.join(dir, 'logs'),
-      address: '127.0.0.1',
-      port: ports.https,
-      readOnlyPort: 0,
-      healthzBindAddress: '127.0.0.1',
-      healthzPort: ports.healthz,
-      authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-      authorization: '{mode: AlwaysAllow}',
-      nodeLeaseDurationSeconds: 4,
-      nodeStatusUpdateFrequency: '1s',
-    });
-    const n = startNodelet(['--config', path.join(dir, 'kubelet.yaml'), '--kubeconfig', kc, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1']);
+    await writeConnectedConfig(dir, cri.socketPath);
+    const n = startNodelet(connectedArgs(dir, 'n1', kc));
     nodelet = n;
     await n.waitForMsg(/nodelet is ready/, 30_000);
     await n.waitForMsg(/^listed pods \(list 1\)/, 15_000);

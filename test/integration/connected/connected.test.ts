@@ -6,7 +6,6 @@
  * Events, and its HTTPS server asks the control plane about bearer tokens (TokenReview)
  * and permissions (SubjectAccessReview). kubectl shows it as an operator sees it.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Lease } from 'kubernetes-types/coordination/v1.js';
@@ -16,6 +15,7 @@ import { createCriClient } from '../../../src/runtime/cri-client.js';
 import { EVENTS, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
 import { startControlPlane } from '../../control-plane/server.js';
 import { startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
+import { adminKubectl, KUBECTL } from '../../helpers/kubectl.js';
 import { eventually, freePort, startNodelet, tempDir } from '../../helpers/nodelet.js';
 import { request } from '../server/client.js';
 
@@ -43,15 +43,7 @@ spec:
 `;
 }
 
-const KUBECTL = '/usr/bin/kubectl';
-
-function kubectl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(KUBECTL, ['--kubeconfig', path.join(n1.dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: n1.dir, KUBECACHEDIR: path.join(n1.dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+const kubectl = (args: string[]) => adminKubectl(n1.dir, args);
 
 const nodePods = async () => ((await (await fetch(`http://127.0.0.1:${readOnlyPort}/pods`)).json()) as PodList).items;
 

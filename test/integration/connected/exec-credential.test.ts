@@ -19,9 +19,10 @@ import YAML from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEASES, NODES } from '../../../src/controlplane/client.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, runNodelet, startNodelet, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, runNodelet, startNodelet, type NodeletProcess } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
 import { removeDir } from '../../helpers/cleanup.js';
+import { connectedArgs, writeConnectedConfig } from '../../helpers/connected-config.js';
 
 let cluster: TestCluster;
 let cri: FakeRuntime;
@@ -70,29 +71,16 @@ echo "{\\"apiVersion\\":\\"client.authentication.k8s.io/v1\\",\\"kind\\":\\"Exec
     for (let i = 2; i <= 200; i++) cluster.cp.addToken(`tok-${i}`, 'system:node:n-exec', ['system:nodes']);
     const kubeconfig = path.join(dir, 'kubelet.conf');
     execKubeconfig(kubeconfig, plugin);
-    const config = writeKubeletConfig(dir, {
-      containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-      podLogsDir: path.join(dir, 'logs'),
-      address: '127.0.0.1',
-      port: await freePort(),
-      readOnlyPort: 0,
-      healthzBindAddress: '127.0.0.1',
-      healthzPort: await freePort(),
-      authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-      authorization: '{mode: AlwaysAllow}',
-      nodeLeaseDurationSeconds: 4,
-      nodeStatusUpdateFrequency: '1s',
-    });
-    nodelet = startNodelet([
-      '--config', config, '--kubeconfig', kubeconfig, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--cert-dir', path.join(dir, 'pki'),
-      '--hostname-override', 'n-exec',
+    await writeConnectedConfig(dir, cri.socketPath);
+    nodelet = startNodelet(connectedArgs(dir, 'n-exec', kubeconfig, [
+      '--cert-dir', path.join(dir, 'pki'),
       '--node-ip', '127.0.0.1',
       '--node-labels', 'node.kubernetes.io/pool=blue,example.com/team=ml',
       '--register-with-taints', 'dedicated=ml:NoSchedule',
       '--provider-id', 'external:///zone-a/n-exec',
       '--cloud-provider', 'external',
       '--pod-infra-container-image', 'registry.k8s.io/pause:3.10',
-    ]);
+    ]));
     const node = await eventually(() => cluster.api.get<Node>(NODES, { name: 'n-exec' }).catch(() => undefined), 30_000);
 
     expect(node.metadata!.labels).toMatchObject({ 'kubernetes.io/hostname': 'n-exec', 'node.kubernetes.io/pool': 'blue', 'example.com/team': 'ml' });

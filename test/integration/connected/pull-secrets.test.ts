@@ -8,7 +8,7 @@
 import type { Pod, Secret, ServiceAccount } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS, type ResourceType } from '../../../src/controlplane/client.js';
-import { startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
+import { n1Pod, startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
 import { eventually } from '../../helpers/nodelet.js';
 
 const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', namespaced: true };
@@ -36,20 +36,8 @@ afterAll(async () => {
   await n1?.close();
 });
 
-const pod = (name: string, secrets: string[], serviceAccountName?: string): Pod => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { name, namespace: 'default' },
-  spec: {
-    nodeName: 'n1',
-    hostNetwork: true,
-    terminationGracePeriodSeconds: 0,
-    automountServiceAccountToken: false,
-    ...(serviceAccountName ? { serviceAccountName } : {}),
-    ...(secrets.length ? { imagePullSecrets: secrets.map((s) => ({ name: s })) } : {}),
-    containers: [{ name: 'app', image: IMAGE, imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }],
-  },
-});
+const pod = (name: string, secrets: string[], serviceAccountName?: string): Pod =>
+  n1Pod(name, { ...(serviceAccountName ? { serviceAccountName } : {}), ...(secrets.length ? { imagePullSecrets: secrets.map((s) => ({ name: s })) } : {}) }, IMAGE);
 
 const get = (name: string) => n1.api.get<Pod>(PODS, { namespace: 'default', name });
 

@@ -14,12 +14,11 @@ import type { Node, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEASES, NODES, PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, startNodelet, type NodeletProcess } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { removeDir } from '../../helpers/cleanup.js';
+import { connectedArgs, tearDownConnected, writeConnectedConfig } from '../../helpers/connected-config.js';
 
 const CSRS: ResourceType = { group: 'certificates.k8s.io', version: 'v1', resource: 'certificatesigningrequests', namespaced: false };
-const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', namespaced: true };
 const LIFETIME_MS = 40_000;
 
 interface Csr {
@@ -35,24 +34,10 @@ let nodelet: NodeletProcess | undefined;
 beforeAll(async () => {
   cluster = await startTestCluster({ prefix: 'nodelet-rotation-', controlPlane: { csrSigningDurationMs: LIFETIME_MS } });
   cri = await startFakeRuntime();
-  const b64 = (s: string) => Buffer.from(s).toString('base64');
-  await cluster.api.create(SECRETS, {
-    apiVersion: 'v1',
-    kind: 'Secret',
-    metadata: { name: 'bootstrap-token-rotate', namespace: 'kube-system' },
-    type: 'bootstrap.kubernetes.io/token',
-    data: { 'token-id': b64('rotate'), 'token-secret': b64('0123456789abcdef'), 'usage-bootstrap-authentication': b64('true') },
-  } as never);
+  await cluster.createBootstrapToken('rotate', '0123456789abcdef');
 });
 
-afterAll(async () => {
-  await cluster?.deletePods();
-  nodelet?.kill('SIGTERM');
-  await nodelet?.exited;
-  await cri?.stop();
-  await cluster?.close();
-  if (cluster) removeDir(cluster.dir); // nodelet leaves pods' volumes mounted, as the kubelet
-});
+afterAll(() => tearDownConnected({ cluster, cri, nodelets: [nodelet] }));
 
 describe('client certificate rotation', () => {
   it('renews the certificate before 90 % of its lifetime in the same process; lease, node and pod carry on', async () => {
@@ -61,21 +46,8 @@ describe('client certificate rotation', () => {
     const kubeconfig = path.join(dir, 'kubelet.conf');
     const bootstrap = path.join(dir, 'bootstrap-kubelet.conf');
     cluster.cp.writeKubeconfig(bootstrap, { token: 'rotate.0123456789abcdef' });
-    const config = writeKubeletConfig(dir, {
-      containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-      podLogsDir: path.join(dir, 'logs'),
-      address: '127.0.0.1',
-      port: await freePort(),
-      readOnlyPort: 0,
-      healthzBindAddress: '127.0.0.1',
-      healthzPort: await freePort(),
-      authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-      authorization: '{mode: AlwaysAllow}',
-      nodeLeaseDurationSeconds: 4,
-      nodeStatusUpdateFrequency: '1s',
-      rotateCertificates: true,
-    });
-    nodelet = startNodelet(['--config', config, '--kubeconfig', kubeconfig, '--bootstrap-kubeconfig', bootstrap, '--cert-dir', certDir, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'r1']);
+    await writeConnectedConfig(dir, cri.socketPath, { fields: { rotateCertificates: true } });
+    nodelet = startNodelet(connectedArgs(dir, 'r1', kubeconfig, ['--bootstrap-kubeconfig', bootstrap, '--cert-dir', certDir]));
     const pid = nodelet.pid;
     await nodelet.waitForMsg(/nodelet is ready/, 30_000);
     const current = path.join(certDir, 'kubelet-client-current.pem');

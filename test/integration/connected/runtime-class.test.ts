@@ -8,16 +8,15 @@
  * class, until the class exists; a handler the runtime has not configured is refused by the
  * runtime, its message shown.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import type { Event as CoreEvent, Pod } from 'kubernetes-types/core/v1.js';
 import type { RuntimeClass } from 'kubernetes-types/node/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EVENTS, PODS } from '../../../src/controlplane/client.js';
 import { RUNTIMECLASSES } from '../../../src/controlplane/objects.js';
 import { NodeletError } from '../../../src/errors.js';
-import { startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
+import { n1Pod, startConnectedNode, type ConnectedNode } from '../../faults/connected-node.js';
+import { adminKubectl, KUBECTL } from '../../helpers/kubectl.js';
 import { eventually } from '../../helpers/nodelet.js';
 
 let n1: ConnectedNode;
@@ -34,19 +33,7 @@ afterAll(async () => {
 
 const runtimeClass = (name: string, handler: string): RuntimeClass => ({ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name }, handler, overhead: { podFixed: { cpu: '10m', memory: '16Mi' } } });
 
-const pod = (name: string, runtimeClassName: string): Pod => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { name, namespace: 'default' },
-  spec: {
-    nodeName: 'n1',
-    hostNetwork: true,
-    terminationGracePeriodSeconds: 0,
-    automountServiceAccountToken: false,
-    runtimeClassName,
-    containers: [{ name: 'app', image: 'docker.io/local/busybox:latest', imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] }],
-  },
-});
+const pod = (name: string, runtimeClassName: string): Pod => n1Pod(name, { runtimeClassName });
 
 /** A static pod: on the node's own files, never through the API server's admission. */
 function staticPod(name: string, runtimeClassName: string): Pod {
@@ -70,18 +57,7 @@ async function refusal(p: Promise<unknown>): Promise<{ status: unknown; message:
   return { status: (err as NodeletError).details.status, message: (err as NodeletError).message };
 }
 
-const KUBECTL = '/usr/bin/kubectl';
-
-function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const kubeconfig = path.join(n1.dir, 'admin-kubectl.kubeconfig');
-  if (!fs.existsSync(kubeconfig)) n1.cp.writeKubeconfig(kubeconfig, { user: 'admin', groups: ['system:masters'] });
-  return new Promise((resolve) => {
-    const child = execFile(KUBECTL, ['--kubeconfig', kubeconfig, ...args], { timeout: 20_000, env: { ...process.env, HOME: n1.dir, KUBECACHEDIR: path.join(n1.dir, 'kubectl-cache') } }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-    if (input !== undefined) child.stdin!.end(input);
-  });
-}
+const kubectl = (args: string[], input?: string) => adminKubectl(n1.dir, args, input);
 
 describe('RuntimeClass', () => {
   it('the control plane serves runtimeclasses and validates them: handler a DNS label, immutable', async () => {

@@ -19,12 +19,12 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { eventually, freePort, startNodelet, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { eventually, startNodelet, type NodeletProcess } from '../../helpers/nodelet.js';
 import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { removeDir } from '../../helpers/cleanup.js';
+import { connectedArgs, tearDownConnected, writeConnectedConfig } from '../../helpers/connected-config.js';
+import { adminKubectl } from '../../helpers/kubectl.js';
 
 const CSRS: ResourceType = { group: 'certificates.k8s.io', version: 'v1', resource: 'certificatesigningrequests', namespaced: false };
-const KUBECTL = '/usr/bin/kubectl';
 const NODE = 's1';
 
 interface Csr {
@@ -42,25 +42,9 @@ beforeAll(async () => {
   cri = await startFakeRuntime();
 });
 
-afterAll(async () => {
-  await cluster?.deletePods();
-  for (const n of started) {
-    n.kill('SIGTERM');
-    await n.exited;
-  }
-  await cri?.stop();
-  await cluster?.close();
-  if (cluster) removeDir(cluster.dir);
-});
+afterAll(() => tearDownConnected({ cluster, cri, nodelets: started }));
 
-function kubectl(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const dir = cluster.dir;
-  return new Promise((resolve) => {
-    execFile(KUBECTL, ['--kubeconfig', path.join(dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+const kubectl = (args: string[]) => adminKubectl(cluster.dir, args);
 
 /** The serving CSRs of the node (in name order, as the API lists them). */
 async function servingCsrs(): Promise<Csr[]> {
@@ -91,23 +75,10 @@ describe('serving certificates with serverTLSBootstrap', () => {
   it('serves no certificate until kubectl approves the CSR, then the cluster-issued one (hot-swapped on renewal, streams kept); a restart reuses it', async () => {
     const dir = path.join(cluster.dir, NODE);
     fs.mkdirSync(dir);
-    const port = await freePort();
     const podLogsDir = path.join(dir, 'logs');
-    const config = writeKubeletConfig(dir, {
-      containerRuntimeEndpoint: `unix://${cri.socketPath}`,
-      podLogsDir,
-      address: '127.0.0.1',
-      port,
-      readOnlyPort: 0,
-      healthzBindAddress: '127.0.0.1',
-      healthzPort: await freePort(),
-      authentication: '{anonymous: {enabled: true}, webhook: {enabled: false}}',
-      authorization: '{mode: AlwaysAllow}',
-      serverTLSBootstrap: true,
-      nodeStatusUpdateFrequency: '1s',
-    });
+    const { https: port } = (await writeConnectedConfig(dir, cri.socketPath, { fields: { serverTLSBootstrap: true, nodeLeaseDurationSeconds: undefined } })).ports;
     const certDir = path.join(dir, 'pki');
-    const args = ['--config', config, '--kubeconfig', cluster.nodeKubeconfig(NODE), '--cert-dir', certDir, '--root-dir', path.join(dir, 'root'), '--lock-file', path.join(dir, 'lock'), '--hostname-override', NODE, '--node-ip', '127.0.0.1'];
+    const args = connectedArgs(dir, NODE, cluster.nodeKubeconfig(NODE), ['--cert-dir', certDir, '--node-ip', '127.0.0.1']);
     const n1 = startNodelet(args);
     started.push(n1);
     await n1.waitForMsg(/nodelet is ready/, 30_000);

@@ -5,7 +5,10 @@
  */
 import fs from 'node:fs';
 import https from 'node:https';
-import type { ControlPlane } from '../../control-plane/server.js';
+import os from 'node:os';
+import path from 'node:path';
+import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { runKubectl, type KubectlResult } from '../../helpers/kubectl.js';
 
 export const TOKEN = 'admin-token';
 
@@ -134,5 +137,43 @@ export function namespaces(cp: () => ControlPlane, prefix: string): () => Promis
     const name = `${prefix}${++n}`;
     await request(cp(), 'POST', '/api/v1/namespaces', { body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
     return name;
+  };
+}
+
+/** A control plane of a test file's own, with kubectl as its admin. */
+export interface AdminControlPlane {
+  cp: ControlPlane;
+  /** A temp folder: the control plane's PKI, the admin's `kubeconfig`, kubectl's HOME. */
+  dir: string;
+  /** The admin's kubeconfig (system:masters). */
+  kubeconfig: string;
+  /** kubectl as the admin, run to its end; `input` is its stdin. */
+  kubectl(args: string[], input?: string): Promise<KubectlResult>;
+  /** Stops the control plane and removes the folder. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts a control plane (no node lifecycle controller) whose PKI is in a new temp folder
+ * `<prefix>*`, with the admin's kubeconfig there; `token`: a bearer token for the admin too.
+ */
+export async function startAdminControlPlane(prefix: string, o: { token?: string } = {}): Promise<AdminControlPlane> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const kubeconfig = path.join(dir, 'kubeconfig');
+  const cp = await startControlPlane({ nodeLifecycleIntervalMs: 0, pkiDir: path.join(dir, 'pki') }).catch((err: unknown) => {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw err;
+  });
+  cp.writeKubeconfig(kubeconfig, { user: 'admin', groups: ['system:masters'] });
+  if (o.token) cp.addToken(o.token, 'admin', ['system:masters']);
+  return {
+    cp,
+    dir,
+    kubeconfig,
+    kubectl: (args, input) => runKubectl({ kubeconfig, home: dir }, args, input),
+    async close() {
+      await cp.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
   };
 }

@@ -4,27 +4,18 @@
  * made from manifests too (`--dry-run=client -o yaml | apply -f -`, JSON on the wire), so
  * the test says what the server keeps whatever encoding `create` uses.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
-import { TOKEN, request } from './helpers.js';
+import type { ControlPlane } from '../../control-plane/server.js';
+import { KUBECTL } from '../../helpers/kubectl.js';
+import { TOKEN, request, startAdminControlPlane, type AdminControlPlane } from './helpers.js';
 
-const KUBECTL = '/usr/bin/kubectl';
+let plane: AdminControlPlane | undefined;
 let cp: ControlPlane;
 let dir: string;
-let kubeconfig: string;
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(KUBECTL, ['--kubeconfig', kubeconfig, ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'cache') } }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-    if (input !== undefined) child.stdin!.end(input);
-  });
-}
+const kubectl = (args: string[], input?: string) => plane!.kubectl(args, input);
 
 /** `kubectl create <args> --dry-run=client -o yaml | kubectl apply -f -`: the object kubectl makes, sent as JSON. */
 async function createViaApply(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -34,16 +25,9 @@ async function createViaApply(args: string[]): Promise<{ code: number; stdout: s
 }
 
 beforeAll(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cp-kubectl-core-'));
-  kubeconfig = path.join(dir, 'kubeconfig');
-  cp = await startControlPlane({ nodeLifecycleIntervalMs: 0, pkiDir: path.join(dir, 'pki') });
-  cp.writeKubeconfig(kubeconfig, { user: 'admin', groups: ['system:masters'] });
-  cp.addToken(TOKEN, 'admin', ['system:masters']);
+  ({ cp, dir } = plane = await startAdminControlPlane('cp-kubectl-core-', { token: TOKEN }));
 });
-afterAll(async () => {
-  await cp.close();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => plane?.close());
 
 describe.runIf(fs.existsSync(KUBECTL))('kubectl: configmaps, secrets, service accounts, tokens', () => {
   it('create configmap from literals and a file; get prints it', async () => {

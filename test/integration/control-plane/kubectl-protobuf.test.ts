@@ -5,30 +5,22 @@
  * only protobuf gets protobuf objects and errors, and a protobuf body of a kind this server
  * has no message for is 415 naming the kind. (`kubectl run` sends JSON.)
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeProtobuf, encodeProtobuf } from '../../control-plane/protobuf.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import type { ControlPlane } from '../../control-plane/server.js';
+import { KUBECTL } from '../../helpers/kubectl.js';
+import { startAdminControlPlane, type AdminControlPlane } from './helpers.js';
 
-const KUBECTL = '/usr/bin/kubectl';
 const PB = 'application/vnd.kubernetes.protobuf';
 const TOKEN = 'pb-admin-token';
+let plane: AdminControlPlane | undefined;
 let cp: ControlPlane;
 let dir: string;
-let kubeconfig: string;
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(KUBECTL, ['--kubeconfig', kubeconfig, ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'cache') } }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-    if (input !== undefined) child.stdin!.end(input);
-  });
-}
+const kubectl = (args: string[], input?: string) => plane!.kubectl(args, input);
 
 /** `kubectl get <what> -o json` (the JSON read path), asserting it succeeded. */
 async function getJson(...what: string[]): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -63,18 +55,11 @@ function jwtClaims(token: string): any { // eslint-disable-line @typescript-esli
 }
 
 beforeAll(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cp-kubectl-pb-'));
-  kubeconfig = path.join(dir, 'kubeconfig');
-  cp = await startControlPlane({ nodeLifecycleIntervalMs: 0, pkiDir: path.join(dir, 'pki') });
-  cp.writeKubeconfig(kubeconfig, { user: 'admin', groups: ['system:masters'] });
-  cp.addToken(TOKEN, 'admin', ['system:masters']);
+  ({ cp, dir } = plane = await startAdminControlPlane('cp-kubectl-pb-', { token: TOKEN }));
   fs.writeFileSync(path.join(dir, 'blob.bin'), BINARY);
   fs.writeFileSync(path.join(dir, 'app.conf'), 'listen 80\nname "x"\n');
 });
-afterAll(async () => {
-  await cp?.close();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => plane?.close());
 
 describe.runIf(fs.existsSync(KUBECTL))('kubectl create sends protobuf; the objects arrive whole', () => {
   it('create namespace', async () => {

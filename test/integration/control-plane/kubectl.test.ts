@@ -2,37 +2,22 @@
  * kubectl 1.32 (a client no one here wrote) against the in-process control plane: the
  * "Done when" list of issue 5.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { KUBECTL, kubectlEnv } from '../../helpers/kubectl.js';
+import { startAdminControlPlane, type AdminControlPlane } from './helpers.js';
 
-const KUBECTL = '/usr/bin/kubectl';
-let cp: ControlPlane;
+let plane: AdminControlPlane | undefined;
 let dir: string;
 let kubeconfig: string;
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(KUBECTL, ['--kubeconfig', kubeconfig, ...args], { timeout: 20_000, env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'cache') } }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
-    if (input !== undefined) child.stdin!.end(input);
-  });
-}
+const kubectl = (args: string[], input?: string) => plane!.kubectl(args, input);
 
 beforeAll(async () => {
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cp-kubectl-'));
-  kubeconfig = path.join(dir, 'kubeconfig');
-  cp = await startControlPlane({ nodeLifecycleIntervalMs: 0, pkiDir: path.join(dir, 'pki') });
-  cp.writeKubeconfig(kubeconfig, { user: 'admin', groups: ['system:masters'] });
+  ({ dir, kubeconfig } = plane = await startAdminControlPlane('cp-kubectl-'));
 });
-afterAll(async () => {
-  await cp.close();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => plane?.close());
 
 const manifest = (image: string): string => `apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  namespace: kt\nspec:\n  containers:\n  - name: c\n    image: ${image}\n`;
 
@@ -68,7 +53,7 @@ describe.runIf(fs.existsSync(KUBECTL))('kubectl against the control plane', () =
   });
 
   it('get pods --watch prints changes as they happen', async () => {
-    const child = spawn(KUBECTL, ['--kubeconfig', kubeconfig, 'get', 'pods', '-n', 'kt', '--watch'], { env: { ...process.env, HOME: dir, KUBECACHEDIR: path.join(dir, 'cache') } });
+    const child = spawn(KUBECTL, ['--kubeconfig', kubeconfig, 'get', 'pods', '-n', 'kt', '--watch'], { env: kubectlEnv(dir) });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     const until = async (re: RegExp): Promise<void> => {

@@ -12,8 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { parseQuantity } from '../../../src/config/quantity.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { startPodNode, type PodNode } from './harness.js';
+import type { TestCluster } from '../../helpers/test-cluster.js';
+import { startApiPodNode, type ApiPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-api-env';
 const NODE = 'envnode';
@@ -23,19 +23,15 @@ const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', n
 const SERVICES: ResourceType = { group: '', version: 'v1', resource: 'services', namespaced: true };
 const NODES: ResourceType = { group: '', version: 'v1', resource: 'nodes', namespaced: false };
 
+let connected: ApiPodNode | undefined;
 let cluster: TestCluster;
 let node: PodNode;
 
 beforeAll(async () => {
-  cluster = await startTestCluster({ prefix: 'nodelet-api-env-' });
-  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE), containerdDir: CONTAINERD_DIR, name: NODE });
+  ({ cluster, node } = connected = await startApiPodNode({ prefix: 'nodelet-api-env-', name: NODE, containerdDir: CONTAINERD_DIR }));
 }, 120_000);
 
-afterAll(async () => {
-  await cluster?.deletePods();
-  await node?.close();
-  await cluster?.close();
-});
+afterAll(() => connected?.close());
 
 const getPod = (name: string) => cluster.api.get<Pod>(PODS, { namespace: NS, name }).catch(() => undefined);
 const b64 = (s: string) => Buffer.from(s).toString('base64');

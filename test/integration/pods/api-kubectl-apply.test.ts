@@ -5,49 +5,38 @@
  * the container reads a token that TokenReview accepts, its namespace and the control
  * plane's `ca.crt`, and its environment has `KUBERNETES_SERVICE_HOST`/`_PORT`.
  */
-import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS, type ResourceType } from '../../../src/controlplane/client.js';
+import { adminKubectl } from '../../helpers/kubectl.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { startPodNode, type PodNode } from './harness.js';
+import type { TestCluster } from '../../helpers/test-cluster.js';
+import { shIn, startApiPodNode, type ApiPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-api-kubectl-apply';
 const NODE = 'applynode';
-const KUBECTL = '/usr/bin/kubectl';
 const TOKEN_REVIEWS: ResourceType = { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', namespaced: false };
 const SA = '/var/run/secrets/kubernetes.io/serviceaccount';
 
+let connected: ApiPodNode | undefined;
 let cluster: TestCluster;
 let node: PodNode;
 
 beforeAll(async () => {
-  cluster = await startTestCluster({ prefix: 'nodelet-api-kubectl-' });
-  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE), containerdDir: CONTAINERD_DIR, name: NODE });
+  ({ cluster, node } = connected = await startApiPodNode({ prefix: 'nodelet-api-kubectl-', name: NODE, containerdDir: CONTAINERD_DIR }));
 }, 120_000);
 
-afterAll(async () => {
-  await cluster?.deletePods();
-  await node?.close();
-  await cluster?.close();
-});
+afterAll(() => connected?.close());
 
-function kubectl(args: string[], stdin?: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = execFile(KUBECTL, ['--kubeconfig', path.join(cluster.dir, 'admin.kubeconfig'), ...args], { timeout: 20_000, env: { ...process.env, HOME: cluster.dir, KUBECACHEDIR: path.join(cluster.dir, 'kubectl-cache') } }, (err, stdout, stderr) =>
-      err ? reject(new Error(`kubectl ${args.join(' ')}: ${stderr || err.message}`)) : resolve(stdout),
-    );
-    if (stdin !== undefined) child.stdin!.end(stdin);
-  });
+/** kubectl as the admin: its stdout, or an error with its stderr. */
+async function kubectl(args: string[], stdin?: string): Promise<string> {
+  const r = await adminKubectl(cluster.dir, args, stdin);
+  if (r.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${r.stderr || `exit code ${r.code}`}`);
+  return r.stdout;
 }
 
-async function inside(id: string, cmd: string): Promise<string> {
-  const r = await node.cri.execSync(id, ['sh', '-c', cmd], 10);
-  return `${r.stdout.toString()}${r.stderr.toString()}`.trim();
-}
+const inside = (id: string, cmd: string) => shIn(node.cri, id, cmd);
 
 describe('a pod from kubectl apply, with no volume', () => {
   it('gets kube-api-access: its container reads a token TokenReview accepts, the namespace and ca.crt; env has KUBERNETES_SERVICE_HOST', async () => {

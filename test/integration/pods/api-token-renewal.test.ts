@@ -11,8 +11,8 @@ import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { startPodNode, type PodNode } from './harness.js';
+import type { TestCluster } from '../../helpers/test-cluster.js';
+import { shIn, startApiPodNode, type ApiPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-api-token-renewal';
 const NODE = 'toknode';
@@ -21,26 +21,19 @@ const LIFETIME_S = 40;
 /** The kubelet's renewal point: 80 % of the lifetime, less a jitter of 0-9 whole seconds. */
 const DUE_S = LIFETIME_S * 0.8;
 
+let connected: ApiPodNode | undefined;
 let cluster: TestCluster;
 let node: PodNode;
 
 beforeAll(async () => {
-  cluster = await startTestCluster({ prefix: 'nodelet-api-token-', controlPlane: { serviceAccountTokenMaxSeconds: LIFETIME_S } });
-  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE), containerdDir: CONTAINERD_DIR, name: NODE });
+  ({ cluster, node } = connected = await startApiPodNode({ prefix: 'nodelet-api-token-', name: NODE, containerdDir: CONTAINERD_DIR, controlPlane: { serviceAccountTokenMaxSeconds: LIFETIME_S } }));
 }, 120_000);
 
-afterAll(async () => {
-  await cluster?.deletePods();
-  await node?.close();
-  await cluster?.close();
-});
+afterAll(() => connected?.close());
 
 const claims = (jwt: string): { iat: number; exp: number } => JSON.parse(Buffer.from(jwt.split('.')[1] ?? '', 'base64url').toString());
 
-async function inside(id: string, cmd: string): Promise<string> {
-  const r = await node.cri.execSync(id, ['sh', '-c', cmd], 10);
-  return `${r.stdout.toString()}${r.stderr.toString()}`.trim();
-}
+const inside = (id: string, cmd: string) => shIn(node.cri, id, cmd);
 
 async function review(token: string, audiences?: string[]): Promise<{ authenticated?: boolean; error?: string }> {
   const r = await cluster.api.create<{ metadata?: object; status?: { authenticated?: boolean; error?: string } }>(TOKEN_REVIEWS, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token, ...(audiences ? { audiences } : {}) } } as never);

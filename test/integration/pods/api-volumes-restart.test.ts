@@ -9,9 +9,9 @@ import type { ConfigMap, Pod, Secret } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { TcpProxy } from '../../helpers/tcp-proxy.js';
-import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { startPodNode, type PodNode } from './harness.js';
+import type { TcpProxy } from '../../helpers/tcp-proxy.js';
+import type { TestCluster } from '../../helpers/test-cluster.js';
+import { shIn, startApiPodNode, type ApiPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-api-volumes-restart';
 const NODE = 'rsnode';
@@ -19,28 +19,18 @@ const CONFIGMAPS: ResourceType = { group: '', version: 'v1', resource: 'configma
 const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', namespaced: true };
 const READ = 'cat /etc/config/app.conf /etc/creds/password; echo; cat /etc/bundle/token | cut -c1-20; ls -a /etc/config | grep -c "^\\.\\.[0-9]"';
 
+let connected: ApiPodNode | undefined;
 let cluster: TestCluster;
 let proxy: TcpProxy;
 let node: PodNode;
 
 beforeAll(async () => {
-  cluster = await startTestCluster({ prefix: 'nodelet-api-vol-restart-' });
-  proxy = await TcpProxy.start(cluster.cp.url);
-  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE, { via: proxy }), containerdDir: CONTAINERD_DIR, name: NODE });
+  ({ cluster, proxy, node } = connected = await startApiPodNode({ prefix: 'nodelet-api-vol-restart-', name: NODE, containerdDir: CONTAINERD_DIR, proxy: true }));
 }, 120_000);
 
-afterAll(async () => {
-  await proxy?.restore();
-  await cluster?.deletePods();
-  await node?.close();
-  await proxy?.close();
-  await cluster?.close();
-});
+afterAll(() => connected?.close());
 
-async function inside(id: string, cmd: string): Promise<string> {
-  const r = await node.cri.execSync(id, ['sh', '-c', cmd], 10);
-  return `${r.stdout.toString()}${r.stderr.toString()}`.trim();
-}
+const inside = (id: string, cmd: string) => shIn(node.cri, id, cmd);
 
 async function restartNodelet(): Promise<void> {
   node.nodelet.kill('SIGTERM');

@@ -16,9 +16,9 @@ import type { ConfigMap, Event as CoreEvent, Pod, Secret } from 'kubernetes-type
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EVENTS, PODS, type ResourceType } from '../../../src/controlplane/client.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { TcpProxy } from '../../helpers/tcp-proxy.js';
-import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { podContainers, startPodNode, type PodNode } from './harness.js';
+import type { TcpProxy } from '../../helpers/tcp-proxy.js';
+import type { TestCluster } from '../../helpers/test-cluster.js';
+import { podContainers, shIn, startApiPodNode, type ApiPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-api-volumes';
 const NODE = 'volnode';
@@ -27,23 +27,16 @@ const SECRETS: ResourceType = { group: '', version: 'v1', resource: 'secrets', n
 const TOKEN_REVIEWS: ResourceType = { group: 'authentication.k8s.io', version: 'v1', resource: 'tokenreviews', namespaced: false };
 const TMPFS_MAGIC = 0x01021994;
 
+let connected: ApiPodNode | undefined;
 let cluster: TestCluster;
 let proxy: TcpProxy;
 let node: PodNode;
 
 beforeAll(async () => {
-  cluster = await startTestCluster({ prefix: 'nodelet-api-volumes-' });
-  proxy = await TcpProxy.start(cluster.cp.url);
-  node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(NODE, { via: proxy }), containerdDir: CONTAINERD_DIR, name: NODE });
+  ({ cluster, proxy, node } = connected = await startApiPodNode({ prefix: 'nodelet-api-volumes-', name: NODE, containerdDir: CONTAINERD_DIR, proxy: true }));
 }, 120_000);
 
-afterAll(async () => {
-  await proxy?.restore();
-  await cluster?.deletePods();
-  await node?.close();
-  await proxy?.close();
-  await cluster?.close();
-});
+afterAll(() => connected?.close());
 
 const getPod = (name: string) => cluster.api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -58,10 +51,7 @@ async function containerId(name: string): Promise<string> {
   });
 }
 
-async function inside(id: string, cmd: string): Promise<string> {
-  const r = await node.cri.execSync(id, ['sh', '-c', cmd], 10);
-  return `${r.stdout.toString()}${r.stderr.toString()}`.trim();
-}
+const inside = (id: string, cmd: string) => shIn(node.cri, id, cmd);
 
 describe('configMap, secret and projected volumes on containerd', () => {
   let id = '';

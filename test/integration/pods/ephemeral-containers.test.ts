@@ -6,51 +6,24 @@
  * `status.ephemeralContainerStatuses`, reached by `kubectl exec`, `logs` and `attach`,
  * never restarted, and gone with the pod.
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ContainerStatus, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS } from '../../../src/controlplane/client.js';
 import { BUSYBOX_IMAGE } from '../../helpers/containerd.js';
+import { KUBECTL, KubectlProcesses } from '../../helpers/kubectl.js';
 import { eventually } from '../../helpers/nodelet.js';
 import { busyboxPod, startNetworkedNode, tearDownNetworkedNode, type NetworkedNode } from '../../helpers/pod-network.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-ephemeral';
 const NODE = 'ephemeralnode';
-const KUBECTL = '/usr/bin/kubectl';
 // The target's process, recognizable in another container's `ps`.
 const TARGET_SCRIPT = 'exec sleep 31337';
 
 let node: NetworkedNode | undefined;
-const children = new Set<ChildProcessWithoutNullStreams>();
-const kubeconfig = () => path.join(node!.dir, 'admin.kubeconfig');
-
-function kubectl(args: string[], timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const c = spawn(KUBECTL, ['--kubeconfig', kubeconfig(), ...args], { stdio: 'pipe' });
-    children.add(c);
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);
-    c.on('close', (code) => {
-      clearTimeout(t);
-      children.delete(c);
-      resolve({ code, stdout, stderr });
-    });
-    c.stdin.end();
-  });
-}
-
-function stop(c: ChildProcessWithoutNullStreams): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    c.once('close', () => resolve());
-    c.kill('SIGTERM');
-  });
-}
+const kubectls = new KubectlProcesses(() => path.join(node!.dir, 'admin.kubeconfig'));
+const kubectl = (args: string[]) => kubectls.run(args, { timeoutMs: 30_000 });
 
 const getPod = (name: string) => node!.api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
 const ephemeralStatus = (p: Pod | undefined, name: string): ContainerStatus | undefined => p?.status?.ephemeralContainerStatuses?.find((s) => s.name === name);
@@ -85,7 +58,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  for (const c of [...children]) await stop(c);
+  await kubectls.stopAll();
   await tearDownNetworkedNode({ ...node });
 }, 90_000);
 
@@ -116,16 +89,11 @@ describe('pods/ephemeralcontainers', () => {
     expect({ code: logs.code, stdout: logs.stdout }).toEqual({ code: 0, stdout: 'polo\npolo\n' });
 
     // attach: the output it writes from now on.
-    const a = spawn(KUBECTL, ['--kubeconfig', kubeconfig(), 'attach', 'target', '-c', 'debugger'], { stdio: 'pipe' });
-    children.add(a);
-    let out = '';
-    a.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    a.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    await eventually(() => /polo\npolo\n/.test(out), 10_000, 50).catch(() => {
-      throw new Error(`kubectl attach showed: ${JSON.stringify(out)}`);
+    const a = kubectls.background(['attach', 'target', '-c', 'debugger']);
+    await eventually(() => /polo\npolo\n/.test(a.output()), 10_000, 50).catch(() => {
+      throw new Error(`kubectl attach showed: ${JSON.stringify(a.output())}`);
     });
-    await stop(a);
-    children.delete(a);
+    await kubectls.stop(a.child);
 
     // GET of the subresource: the pod, with its one ephemeral container (defaulted by the server).
     const got = await api.get<Pod>(PODS, { namespace: 'default', name: 'target', subresource: 'ephemeralcontainers' });
@@ -175,24 +143,15 @@ describe('kubectl debug', () => {
   it('-it --target: a shell that sees the target\'s processes; its status appears; it ends when the shell exits', async () => {
     await runningPod('debugme');
     // kubectl on a real pseudo-terminal (util-linux `script`), as in kubectl-streaming.test.ts.
-    const k = spawn('script', ['-qfec', `exec ${KUBECTL} --kubeconfig ${kubeconfig()} debug -it debugme --image=${BUSYBOX_IMAGE} --image-pull-policy=IfNotPresent --target=main`, '/dev/null'], { stdio: 'pipe' });
-    children.add(k);
-    k.on('close', () => children.delete(k));
-    let out = '';
-    k.stdout.on('data', (d: Buffer) => (out += d.toString('latin1')));
-    k.stderr.on('data', (d: Buffer) => (out += d.toString('latin1')));
-    const exited = new Promise<number | null>((resolve) => k.once('close', (code) => resolve(code)));
-    const seen = (re: RegExp, from = 0, ms = 30_000) => eventually(() => re.exec(out.slice(from)) ?? undefined, ms, 20).catch(() => {
-      throw new Error(`${re} not seen; the terminal showed: ${JSON.stringify(out.slice(from))}`);
-    });
+    const { child: k, output, exited, seen } = kubectls.terminal(`debug -it debugme --image=${BUSYBOX_IMAGE} --image-pull-policy=IfNotPresent --target=main`, { seenMs: 30_000 });
     // kubectl names the container it made (debugger-xxxxx) and attaches to its shell.
     const name = (await seen(/Defaulting debug container name to (debugger-[a-z0-9]+)/))[1]!;
     await eventually(async () => {
       k.stdin.write('\r');
       await new Promise((r) => setTimeout(r, 200));
-      return /# $/m.test(out);
+      return /# $/m.test(output());
     }, 20_000, 0);
-    const mark = out.length;
+    const mark = output().length;
     k.stdin.write('ps -o pid,args\r');
     await seen(/^\s*1\s+sleep 31337\s*\r?$/m, mark);
     const st = ephemeralStatus(await getPod('debugme'), name);

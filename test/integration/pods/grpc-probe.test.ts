@@ -9,8 +9,8 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ContainerStatus } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { healthCheckRequest } from '../../../src/pods/probes/grpc-probe.js';
 import { stopContainerd } from '../../helpers/containerd.js';
+import { serveHealth } from '../../helpers/grpc-health.js';
 import { eventually } from '../../helpers/nodelet.js';
 import { busyboxPod, startPodNode, type PodNode } from './harness.js';
 
@@ -30,29 +30,14 @@ class HealthServer {
   port = 0;
 
   async start(): Promise<void> {
-    const health = {
-      Check: {
-        path: '/grpc.health.v1.Health/Check',
-        requestStream: false,
-        responseStream: false,
-        requestDeserialize: (b: Buffer) => ({ service: b.length ? b.subarray(2).toString() : '' }),
-        requestSerialize: (r: { service: string }) => healthCheckRequest(r.service).subarray(5),
-        // HealthCheckResponse{status=1}.
-        responseSerialize: (r: { status: number }) => Buffer.from([0x08, r.status]),
-        responseDeserialize: (b: Buffer) => ({ status: b[1] ?? 0 }),
-      },
-    } as unknown as grpc.ServiceDefinition;
-    this.server.addService(health, {
-      Check: (_call: unknown, cb: grpc.sendUnaryData<{ status: number }>) => {
-        this.checks++;
-        if (this.notServing > 0) {
-          this.notServing--;
-          return cb(null, { status: NOT_SERVING });
-        }
-        cb(null, { status: SERVING });
-      },
+    this.port = await serveHealth(this.server, (_call, cb) => {
+      this.checks++;
+      if (this.notServing > 0) {
+        this.notServing--;
+        return cb(null, { status: NOT_SERVING });
+      }
+      cb(null, { status: SERVING });
     });
-    this.port = await new Promise<number>((res, rej) => this.server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
   }
 
   /** Resolves once `n` more checks have been answered. */

@@ -10,8 +10,11 @@ import type { Pod, PodList } from 'kubernetes-types/core/v1.js';
 import { LABEL_NODELET_NODE } from '../../../src/pods/cri/labels.js';
 import { readCgroupLayout } from '../../../src/pods/cgroups/pod-cgroups.js';
 import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
+import type { ControlPlaneOptions } from '../../control-plane/server.js';
 import { ensureContainerd } from '../../helpers/containerd.js';
 import { eventually, freePort, startNodelet, tempDir, writeKubeletConfig, type NodeletProcess } from '../../helpers/nodelet.js';
+import { TcpProxy } from '../../helpers/tcp-proxy.js';
+import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
 
 /** Base directory of the containerd the pod tests own. */
 export const PODS_CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-pods';
@@ -129,6 +132,64 @@ export async function startPodNode(o: { kubeconfig?: string; containerdDir?: str
   };
   await node.nodelet.waitForMsg(/nodelet is ready/, 30_000);
   return node;
+}
+
+/** A pod node connected to a test control plane of its own (through a TcpProxy when asked). */
+export interface ApiPodNode {
+  cluster: TestCluster;
+  node: PodNode;
+  proxy: TcpProxy | undefined;
+  /** Lets the proxy through again, deletes every pod in the API, closes the node, the proxy and the control plane. */
+  close(): Promise<void>;
+}
+
+export interface ApiPodNodeOptions {
+  prefix: string;
+  name: string;
+  containerdDir: string;
+  proxy?: boolean;
+  controlPlane?: ControlPlaneOptions;
+  config?: Record<string, string | number | boolean>;
+}
+
+/**
+ * Starts a test control plane (`prefix`: its folder; `controlPlane`: its options), the TcpProxy
+ * nodelet reaches it through when `proxy`, then a pod node `name` on the containerd of
+ * `containerdDir`, registered with the node's kubeconfig (`config`: more KubeletConfiguration
+ * fields). What was started is closed again if a later step fails.
+ */
+export async function startApiPodNode(o: ApiPodNodeOptions & { proxy: true }): Promise<ApiPodNode & { proxy: TcpProxy }>;
+export async function startApiPodNode(o: ApiPodNodeOptions): Promise<ApiPodNode>;
+export async function startApiPodNode(o: ApiPodNodeOptions): Promise<ApiPodNode> {
+  const cluster = await startTestCluster({ prefix: o.prefix, ...(o.controlPlane ? { controlPlane: o.controlPlane } : {}) });
+  let proxy: TcpProxy | undefined;
+  try {
+    proxy = o.proxy ? await TcpProxy.start(cluster.cp.url) : undefined;
+    const node = await startPodNode({ kubeconfig: cluster.nodeKubeconfig(o.name, { via: proxy }), containerdDir: o.containerdDir, name: o.name, ...(o.config ? { config: o.config } : {}) });
+    const via = proxy;
+    return {
+      cluster,
+      node,
+      proxy: via,
+      async close() {
+        await via?.restore();
+        await cluster.deletePods();
+        await node.close();
+        await via?.close();
+        await cluster.close();
+      },
+    };
+  } catch (err) {
+    await proxy?.close();
+    await cluster.close();
+    throw err;
+  }
+}
+
+/** Runs `cmd` under `sh -c` in container `id` (10 s at most): its stdout then stderr, trimmed. */
+export async function shIn(cri: CriClient, id: string, cmd: string): Promise<string> {
+  const r = await cri.execSync(id, ['sh', '-c', cmd], 10);
+  return `${r.stdout.toString()}${r.stderr.toString()}`.trim();
 }
 
 /** Removes a cgroup tree (deepest first) from every cgroup hierarchy; a busy or missing cgroup is left. */

@@ -12,51 +12,19 @@ import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PODS } from '../../../src/controlplane/client.js';
+import { KUBECTL, KubectlProcesses } from '../../helpers/kubectl.js';
 import { eventually, freePort } from '../../helpers/nodelet.js';
 import { busyboxPod, startNetworkedNode, tearDownNetworkedNode, type NetworkedNode } from '../../helpers/pod-network.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-streaming';
 const NODE = 'streamnode';
-const KUBECTL = '/usr/bin/kubectl';
 
 let node: NetworkedNode | undefined;
-const children = new Set<ChildProcessWithoutNullStreams>();
-const kubeconfig = () => path.join(node!.dir, 'admin.kubeconfig');
-
-function kubectl(args: string[], input?: string, timeoutMs = 20_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const c = spawn(KUBECTL, ['--kubeconfig', kubeconfig(), ...args], { stdio: 'pipe' });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const t = setTimeout(() => c.kill('SIGKILL'), timeoutMs);
-    c.on('close', (code) => {
-      clearTimeout(t);
-      resolve({ code, stdout, stderr });
-    });
-    c.stdin.end(input ?? '');
-  });
-}
-
-/** A long-running kubectl whose output the test watches; killed at the end of the test. */
-function kubectlBackground(args: string[]): { child: ChildProcessWithoutNullStreams; output: () => string } {
-  const c = spawn(KUBECTL, ['--kubeconfig', kubeconfig(), ...args], { stdio: 'pipe' });
-  children.add(c);
-  let out = '';
-  c.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  c.stderr.on('data', (d: Buffer) => (out += d.toString()));
-  c.on('close', () => children.delete(c));
-  return { child: c, output: () => out };
-}
-
-function stop(c: ChildProcessWithoutNullStreams): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    c.once('close', () => resolve());
-    c.kill('SIGTERM');
-  });
-}
+const kubectls = new KubectlProcesses(() => path.join(node!.dir, 'admin.kubeconfig'));
+const kubectl = (args: string[], input?: string) => kubectls.run(args, { input });
+/** A long-running kubectl whose output the test watches; stopped at the end of the test. */
+const kubectlBackground = (args: string[]) => kubectls.background(args);
+const stop = (c: ChildProcessWithoutNullStreams) => kubectls.stop(c);
 
 const getPod = (name: string) => node!.api.get<Pod>(PODS, { namespace: 'default', name }).catch(() => undefined);
 
@@ -87,7 +55,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  for (const c of [...children]) await stop(c);
+  await kubectls.stopAll();
   await tearDownNetworkedNode({ ...node });
 }, 90_000);
 
@@ -107,27 +75,18 @@ describe('kubectl exec', () => {
     await running('shell');
     // kubectl on a real pseudo-terminal: util-linux `script` gives its child one (30x90,
     // set before kubectl starts) and relays our pipe to it and its output back to us.
-    const k = spawn('script', ['-qfec', `stty rows 30 cols 90; exec ${KUBECTL} --kubeconfig ${kubeconfig()} exec -it shell -- sh`, '/dev/null'], { stdio: 'pipe' });
-    children.add(k);
-    k.on('close', () => children.delete(k));
-    let out = '';
-    k.stdout.on('data', (d: Buffer) => (out += d.toString('latin1')));
-    k.stderr.on('data', (d: Buffer) => (out += d.toString('latin1')));
-    const exited = new Promise<number | null>((resolve) => k.once('close', (code) => resolve(code)));
-    const seen = (re: RegExp, from = 0, ms = 10_000) => eventually(() => re.exec(out.slice(from)) ?? undefined, ms, 20).catch(() => {
-      throw new Error(`${re} not seen; the terminal showed: ${JSON.stringify(out.slice(from))}`);
-    });
+    const { child: k, output, exited, seen } = kubectls.terminal('exec -it shell -- sh', { setup: 'stty rows 30 cols 90' });
     // The remote shell's prompt: it runs interactively.
     await seen(/# /);
     // Typed with a carriage return, as a terminal in raw mode sends it; the remote tty makes it a newline.
-    let mark = out.length;
+    let mark = output().length;
     k.stdin.write('tty; stty size; [ -t 0 ] && [ -t 1 ] && echo stdin-and-stdout-are-terminals\r');
     const ttyName = (await seen(/(\/dev\/pts\/\d+)\s*\r?\n/, mark))[1];
     await seen(/^30 90\r?$/m, mark);
     await seen(/^stdin-and-stdout-are-terminals\r?$/m, mark);
     expect(ttyName).toMatch(/^\/dev\/pts\/\d+$/);
     // Echo comes from the remote terminal (kubectl put ours in raw mode): the typed line, then its answer.
-    mark = out.length;
+    mark = output().length;
     k.stdin.write('echo typed-$((40+2))\r');
     await seen(/echo typed-\$\(\(40\+2\)\)[\s\S]*^typed-42\r?$/m, mark);
     // A resize of kubectl's terminal (SIGWINCH to it) reaches the container's terminal.
@@ -136,10 +95,10 @@ describe('kubectl exec', () => {
     expect(fs.readFileSync(`/proc/${kubectlPid}/cmdline`, 'utf8').split('\0')[0]).toBe(KUBECTL);
     await new Promise<void>((resolve, reject) => spawn('stty', ['-F', pts, 'rows', '40', 'cols', '100']).on('close', (c) => (c === 0 ? resolve() : reject(new Error(`stty -F ${pts}: ${c}`)))));
     await eventually(async () => {
-      const from = out.length;
+      const from = output().length;
       k.stdin.write('stty size\r');
       await new Promise((r) => setTimeout(r, 300));
-      return /^40 100\r?$/m.test(out.slice(from));
+      return /^40 100\r?$/m.test(output().slice(from));
     }, 10_000, 0);
     // The shell's exit code is kubectl's.
     k.stdin.write('exit 7\r');

@@ -18,39 +18,27 @@ import type { Event as CoreEvent, Node, Pod } from 'kubernetes-types/core/v1.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EVENTS, LEASES, NODES, PODS } from '../../../src/controlplane/client.js';
 import { eventually } from '../../helpers/nodelet.js';
-import { TcpProxy } from '../../helpers/tcp-proxy.js';
-import { startTestCluster, type TestCluster } from '../../helpers/test-cluster.js';
-import { boundPod, podContainers, startPodNode, type PodNode } from './harness.js';
+import type { TcpProxy } from '../../helpers/tcp-proxy.js';
+import type { TestCluster } from '../../helpers/test-cluster.js';
+import { boundPod, podContainers, startApiPodNode, type ApiPodNode, type PodNode } from './harness.js';
 
 const CONTAINERD_DIR = '/var/lib/nodelet-dev/containerd-outage';
 const OUTAGE_MS = 30_000;
 /** How soon after the server answers again the lease must be renewed. */
 const LEASE_RENEW_BOUND_MS = 1_000;
 
+let connected: ApiPodNode | undefined;
 let cluster: TestCluster;
 let proxy: TcpProxy;
 let node: PodNode;
 
 beforeAll(async () => {
-  cluster = await startTestCluster({ prefix: 'nodelet-outage-' });
-  proxy = await TcpProxy.start(cluster.cp.url);
   // nodelet reaches the control plane only through the proxy.
-  node = await startPodNode({
-    kubeconfig: cluster.nodeKubeconfig('n1', { via: proxy }),
-    containerdDir: CONTAINERD_DIR,
-    name: 'n1',
-    config: { nodeLeaseDurationSeconds: 4, nodeStatusUpdateFrequency: '1s' },
-  });
+  ({ cluster, proxy, node } = connected = await startApiPodNode({ prefix: 'nodelet-outage-', name: 'n1', containerdDir: CONTAINERD_DIR, proxy: true, config: { nodeLeaseDurationSeconds: 4, nodeStatusUpdateFrequency: '1s' } }));
   fs.mkdirSync(path.join(node.dir, 'trigger'));
 });
 
-afterAll(async () => {
-  await proxy?.restore();
-  await cluster?.deletePods();
-  await node?.close();
-  await proxy?.close();
-  await cluster?.close();
-});
+afterAll(() => connected?.close());
 
 const lease = () => cluster.api.get<Lease>(LEASES, { namespace: 'kube-node-lease', name: 'n1' });
 const getPod = (name: string) => cluster.api.get<Pod>(PODS, { namespace: 'default', name });

@@ -10,8 +10,8 @@ import type { AddressInfo } from 'node:net';
 import type { Probe } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as grpc from '@grpc/grpc-js';
-import { healthCheckRequest } from '../../../src/pods/probes/grpc-probe.js';
 import { runProbe } from '../../../src/pods/probes/probes.js';
+import { bindLoopback, serveHealth } from '../../helpers/grpc-health.js';
 import { execAnswer as exec, probeContainer as container, probeTarget as target } from '../../fakes/probe-exec.js';
 
 let server: http.Server;
@@ -59,28 +59,13 @@ describe('runProbe over the network', () => {
     const statuses: Record<string, number> = { '': 1, web: 2 };
     const seen: string[] = [];
     const server = new grpc.Server();
-    const health = {
-      Check: {
-        path: '/grpc.health.v1.Health/Check',
-        requestStream: false,
-        responseStream: false,
-        // HealthCheckRequest{service=1}: the raw bytes, read back with the probe's own encoder as the reference.
-        requestDeserialize: (b: Buffer) => ({ service: b.length ? b.subarray(2).toString() : '' }),
-        requestSerialize: (r: { service: string }) => healthCheckRequest(r.service).subarray(5),
-        responseSerialize: (r: { status: number }) => (r.status ? Buffer.from([0x08, r.status]) : Buffer.alloc(0)),
-        responseDeserialize: (b: Buffer) => ({ status: b[1] ?? 0 }),
-      },
-    } as unknown as grpc.ServiceDefinition;
-    server.addService(health, {
-      Check: (call: grpc.ServerUnaryCall<{ service: string }, { status: number }>, cb: grpc.sendUnaryData<{ status: number }>) => {
-        const name = call.request.service;
-        seen.push(name);
-        if (name === 'slow') return void setTimeout(() => cb(null, { status: 1 }), 3000);
-        if (!(name in statuses)) return cb({ code: grpc.status.NOT_FOUND, details: 'unknown service' });
-        cb(null, { status: statuses[name]! });
-      },
+    const gport = await serveHealth(server, (call, cb) => {
+      const name = call.request.service;
+      seen.push(name);
+      if (name === 'slow') return void setTimeout(() => cb(null, { status: 1 }), 3000);
+      if (!(name in statuses)) return cb({ code: grpc.status.NOT_FOUND, details: 'unknown service' });
+      cb(null, { status: statuses[name]! });
     });
-    const gport = await new Promise<number>((res, rej) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
     try {
       const probe = (service?: string, p = gport) => runProbe({ grpc: { port: p, ...(service !== undefined ? { service } : {}) }, timeoutSeconds: 1 }, target(), exec(0));
       expect(await probe()).toEqual({ ok: true, output: 'service healthy' });
@@ -91,7 +76,7 @@ describe('runProbe over the network', () => {
       expect(seen).toEqual(['', 'web', 'db', 'slow']);
       // A server without the health service: the kubelet's message for it.
       const bare = new grpc.Server();
-      const bport = await new Promise<number>((res, rej) => bare.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? rej(e) : res(p))));
+      const bport = await bindLoopback(bare);
       expect((await probe('', bport)).output).toMatch(/^this server does not implement the grpc health protocol \(grpc.health.v1.Health\)/);
       bare.forceShutdown();
     } finally {

@@ -4,15 +4,13 @@
  * InvalidEnvironmentVariableNames event on the pod, and the waiting reason of a missing
  * object, with the objects read through a fake ApiObjects port.
  */
-import fs from 'node:fs';
 import type { ConfigMap, ObjectReference, Pod, Secret, Service } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
-import { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
+import type { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
 import type { ApiObjects } from '../../../src/pods/objects/objects.js';
-import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { tempDir } from '../../helpers/nodelet.js';
+import type { FakeRuntime } from '../../cri/fake-runtime.js';
+import { startFakeCriPodRuntime, type FakeCriPodRuntime } from '../../helpers/fake-cri-runtime.js';
 
 const configMaps: Record<string, ConfigMap> = { app: { metadata: { name: 'app' }, data: { MODE: 'blue', 'bad=key': 'x' } } };
 const secrets: Record<string, Secret> = { db: { metadata: { name: 'db' }, data: { pw: Buffer.from('s3cret').toString('base64') } } };
@@ -32,31 +30,19 @@ const objects: ApiObjects = {
 };
 const events: { ref: ObjectReference; type: string; reason: string; message: string }[] = [];
 
+let bench: FakeCriPodRuntime | undefined;
 let cri: FakeRuntime;
-let client: CriClient;
 let rt: CriPodRuntime;
-let dir: string;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  client = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
-  dir = tempDir('nodelet-cripodruntime-env-');
-  rt = new CriPodRuntime({
-    cri: client,
-    rootDir: dir,
-    podLogsDir: `${dir}/logs`,
-    seccompDefault: false,
+  ({ cri, rt } = bench = await startFakeCriPodRuntime('nodelet-cripodruntime-env-', {
     objects,
     nodeAllocatable: () => ({ cpu: '3500m', memory: '8Gi', pods: '110' }),
     events: { emit: (ref, type, reason, message) => events.push({ ref, type, reason, message }) },
-  });
+  }));
 });
 
-afterAll(async () => {
-  client?.close();
-  await cri?.stop();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bench?.close());
 
 const image = 'docker.io/local/busybox:latest';
 

@@ -2,31 +2,21 @@
  * CriPodRuntime, the pod manager's runtime port, over the CRI client against the test CRI
  * server: what a relist costs in CRI calls, and that what it observes stays right.
  */
-import fs from 'node:fs';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
-import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
-import { tempDir } from '../../helpers/nodelet.js';
+import type { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
+import type { FakeRuntime } from '../../cri/fake-runtime.js';
+import { startFakeCriPodRuntime, type FakeCriPodRuntime } from '../../helpers/fake-cri-runtime.js';
 
+let bench: FakeCriPodRuntime | undefined;
 let cri: FakeRuntime;
-let client: CriClient;
 let rt: CriPodRuntime;
-let dir: string;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  client = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
-  dir = tempDir('nodelet-cripodruntime-');
-  rt = new CriPodRuntime({ cri: client, rootDir: dir, podLogsDir: `${dir}/logs`, seccompDefault: false });
+  ({ cri, rt } = bench = await startFakeCriPodRuntime('nodelet-cripodruntime-'));
 });
 
-afterAll(async () => {
-  client?.close();
-  await cri?.stop();
-  fs.rmSync(dir, { recursive: true, force: true });
-});
+afterAll(() => bench?.close());
 
 const pod: Pod = {
   metadata: { name: 'web', namespace: 'default', uid: 'u-web' },

@@ -8,19 +8,21 @@ import fs from 'node:fs';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { NodeletError } from '../../../src/errors.js';
-import { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
-import { createCriClient, type CriClient } from '../../../src/runtime/cri-client.js';
+import type { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
+import type { CriClient } from '../../../src/runtime/cri-client.js';
 import { ensureRootDirLayout, ImagePullRecords } from '../../../src/system/root-dir.js';
 import { silentLogger } from '../../../src/log.js';
-import { startFakeRuntime, type FakeRuntime } from '../../cri/fake-runtime.js';
+import type { FakeRuntime } from '../../cri/fake-runtime.js';
 import { FakeApiObjects } from '../../fakes/api-objects-port.js';
 import { VirtualClock } from '../../helpers/clock.js';
+import { podRuntimeIn, startFakeCriClient, type FakeCriClient } from '../../helpers/fake-cri-runtime.js';
 import { tempDir } from '../../helpers/nodelet.js';
 
 const IMAGE = 'registry.example:5000/team/app:v1';
 const GOOD = { username: 'robot', password: 's3cret' };
 const NO_AUTH_FIELDS = { auth: '', serverAddress: '', identityToken: '', registryToken: '' };
 
+let fake: FakeCriClient | undefined;
 let cri: FakeRuntime;
 let client: CriClient;
 let dir: string;
@@ -29,13 +31,9 @@ let events: { reason: string; message: string }[];
 let rt: CriPodRuntime;
 
 beforeAll(async () => {
-  cri = await startFakeRuntime();
-  client = createCriClient({ runtimeEndpoint: `unix://${cri.socketPath}`, requestTimeoutMs: 5000 });
+  ({ cri, client } = fake = await startFakeCriClient());
 });
-afterAll(async () => {
-  client?.close();
-  await cri?.stop();
-});
+afterAll(() => fake?.close());
 
 beforeEach(async () => {
   dir = tempDir('nodelet-pullsecrets-');
@@ -50,11 +48,7 @@ beforeEach(async () => {
   objects.putSecret('team', 'regcred', { '.dockerconfigjson': dockerconfigjson(GOOD.username, GOOD.password) }, { type: 'kubernetes.io/dockerconfigjson' });
   objects.putSecret('team', 'wrongcred', { '.dockerconfigjson': dockerconfigjson('robot', 'guess') }, { type: 'kubernetes.io/dockerconfigjson' });
   objects.putSecret('team', 'broken', { '.dockerconfigjson': '{"auths": [' }, { type: 'kubernetes.io/dockerconfigjson' });
-  rt = new CriPodRuntime({
-    cri: client,
-    rootDir: dir,
-    podLogsDir: `${dir}/logs`,
-    seccompDefault: false,
+  rt = podRuntimeIn(client, dir, {
     objects,
     imageRecords: new ImagePullRecords(dir, silentLogger()),
     imageCredentialVerification: { policy: 'NeverVerifyPreloadedImages', allowlist: [] },

@@ -4,11 +4,10 @@ import path from 'node:path';
 import type { Node, NodeStatus } from 'kubernetes-types/core/v1.js';
 import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../helpers/clock.js';
+import { idleShutdownManager } from '../../helpers/shutdown-manager.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import { NodeReporter, type NodeApi } from '../../../src/node/reporter.js';
-import { NodeShutdownManager } from '../../../src/node/shutdown-manager.js';
-import { shutdownGroups } from '../../../src/node/shutdown-plan.js';
 import type { NodeFacts, ReadinessState } from '../../../src/node/status.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
 
@@ -212,15 +211,7 @@ describe('NodeReporter', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-reporter-'));
     try {
       const clock = new ManualClock();
-      const shutdown = new NodeShutdownManager({
-        groups: shutdownGroups({ shutdownGracePeriod: '20s', shutdownGracePeriodCriticalPods: '8s' }),
-        rootDir: dir,
-        connect: () => Promise.reject(new Error('not used')),
-        setDesired: () => {},
-        podStatus: () => undefined,
-        logger: silentLogger(),
-        clock,
-      });
+      const shutdown = idleShutdownManager(dir, clock);
       // The daemon's wiring: the facts' runtime state through the shutdown manager, its start waking the reporter.
       const { api, r, events } = setup(undefined, new MemNodes(), clock, () => shutdown.runtimeState(ready));
       shutdown.onShutdownStart(() => r.reportNow());

@@ -15,10 +15,9 @@ import type { KubeletConfiguration } from '../../../src/config/types.js';
 import { NodeletError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
 import type { NodeApi } from '../../../src/node/reporter.js';
-import { NodeShutdownManager } from '../../../src/node/shutdown-manager.js';
-import { shutdownGroups } from '../../../src/node/shutdown-plan.js';
 import type { RuntimeState } from '../../../src/runtime/health.js';
 import { ManualClock } from '../../helpers/clock.js';
+import { idleShutdownManager } from '../../helpers/shutdown-manager.js';
 
 /** A Node API in memory: create, get, and a status patch that replaces conditions by type. */
 class MemNodes implements NodeApi {
@@ -57,15 +56,7 @@ describe('graceful node shutdown in connected mode', () => {
     const cp: ControlPlanePorts = { server: 'mem', nodes, leases: unused, reviews: unused, pods: unused, podStatus: unused, mirrorPods: unused, events: { create: async () => {}, patch: async () => {} }, close: async () => {} };
     const config = { nodeStatusUpdateFrequency: '10s', nodeStatusReportFrequency: '5m', nodeLeaseDurationSeconds: 40, evictionHard: {}, maxPods: 110, port: 10250 } as unknown as KubeletConfiguration;
     const mode = connectedMode(cp, { identity: { nodeName: 'n1', hostname: 'n1', ips: ['192.0.2.1'] }, config, clock, logger: silentLogger() });
-    const shutdown = new NodeShutdownManager({
-      groups: shutdownGroups({ shutdownGracePeriod: '20s', shutdownGracePeriodCriticalPods: '8s' }),
-      rootDir: dir,
-      connect: () => Promise.reject(new Error('not used')),
-      setDesired: () => {},
-      podStatus: () => undefined,
-      logger: silentLogger(),
-      clock,
-    });
+    const shutdown = idleShutdownManager(dir, clock);
     // The daemon's ModeContext, as src/daemon.ts builds it for these two.
     const ctx: ModeContext = {
       sources: unused,

@@ -5,6 +5,7 @@ import { silentLogger } from '../../../src/log.js';
 import { admitPod, appArmorAdmitHandler, containerCountAdmitHandler, MAX_CONTAINERS_PER_POD, podAdmitHandlers, rejectedStatus, safeSysctls, supplementalGroupsPolicyAdmitHandler, sysctlAdmitHandler, userNamespaceAdmitHandler } from '../../../src/pods/sync/admission.js';
 import { PodManager } from '../../../src/pods/sync/manager.js';
 import { ManualClock } from '../../helpers/clock.js';
+import { managerWithEvents } from '../../helpers/pod-manager.js';
 import { MemRuntime } from '../../fakes/pod-runtime.js';
 
 const pod = (over: { sysctls?: { name: string; value: string }[]; hostNetwork?: boolean; hostIPC?: boolean; hostUsers?: boolean; annotations?: Record<string, string>; appArmor?: object; podAppArmor?: object; uid?: string } = {}): Pod => ({
@@ -151,16 +152,7 @@ describe('admitPod', () => {
 
 describe('PodManager admission', () => {
   it('a rejected pod never runs: Failed with the reason, one Warning event; an admitted one runs beside it', async () => {
-    const clock = new ManualClock();
-    const rt = new MemRuntime(clock);
-    const events: string[] = [];
-    const m = new PodManager({
-      runtime: rt,
-      logger: silentLogger(),
-      clock,
-      events: { emit: (_ref, type, reason, message) => void events.push(`${type} ${reason}: ${message}`) },
-      admitHandlers: podAdmitHandlers({ kernelRelease: '6.1.0', allowedUnsafeSysctls: [], appArmorEnabled: false }),
-    });
+    const { clock, rt, events, m } = managerWithEvents({ admitHandlers: podAdmitHandlers({ kernelRelease: '6.1.0', allowedUnsafeSysctls: [], appArmorEnabled: false }) });
     const bad = pod({ uid: 'bad', sysctls: [{ name: 'kernel.sem', value: '1' }] });
     bad.metadata!.name = 'bad';
     const good = pod({ uid: 'good' });

@@ -1,12 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { Container, Pod } from 'kubernetes-types/core/v1.js';
-import { silentLogger } from '../../../src/log.js';
 import { podAdmitHandlers } from '../../../src/pods/sync/admission.js';
-import { PodManager } from '../../../src/pods/sync/manager.js';
 import { checkPredicates, nodeAffinityMatches, podRequests, type NodeView, type PredicateOptions } from '../../../src/pods/sync/predicates.js';
 import { nodeViewFor } from '../../../src/node/node-view.js';
-import { ManualClock } from '../../helpers/clock.js';
-import { MemRuntime } from '../../fakes/pod-runtime.js';
+import { managerWithEvents } from '../../helpers/pod-manager.js';
 
 const NODE: NodeView = {
   name: 'n1',
@@ -131,16 +128,7 @@ describe('nodeViewFor', () => {
 
 describe('PodManager predicate admission', () => {
   it('pods that do not all fit: the oldest run, the newest is Failed OutOfcpu with no CRI call for it; a finished pod frees its share', async () => {
-    const clock = new ManualClock();
-    const rt = new MemRuntime(clock);
-    const events: string[] = [];
-    const m = new PodManager({
-      runtime: rt,
-      logger: silentLogger(),
-      clock,
-      events: { emit: (_ref, type, reason, message) => void events.push(`${type} ${reason}: ${message}`) },
-      admitHandlers: podAdmitHandlers({ kernelRelease: '6.1.0', allowedUnsafeSysctls: [], appArmorEnabled: false, predicates: opts() }),
-    });
+    const { rt, events, m } = managerWithEvents({ admitHandlers: podAdmitHandlers({ kernelRelease: '6.1.0', allowedUnsafeSysctls: [], appArmorEnabled: false, predicates: opts() }) });
     const a = pod('a', { containers: [cpu('1')], created: '2026-01-01T00:00:01Z' });
     const b = pod('b', { containers: [cpu('1')], created: '2026-01-01T00:00:02Z' });
     const c = pod('c', { containers: [cpu('1')], created: '2026-01-01T00:00:03Z' });
