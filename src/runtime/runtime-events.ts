@@ -7,7 +7,11 @@
  *   2. containerd's own event service, `containerd.services.events.v1.Events/Subscribe`
  *      (containerd 1.6 answers the first with UNIMPLEMENTED), filtered to the namespace of
  *      its CRI plugin (`k8s.io`).
- * Neither event is decoded: any event means "look again", and the relist reads what changed.
+ * Any event means "look again", and the relist reads what changed; of containerd's events,
+ * a container's exit (and an OOM kill before it) is also handed to `onContainerEvent` first
+ * (containerd-event.ts): its CRI plugin lists the container exited only once it deleted the
+ * task, tens to hundreds of ms after the event, and the relist reads the exit from the event
+ * meanwhile.
  *
  * A subscription counts as live once an event arrives, or, for containerd's event service
  * (which publishes every task and container change), once it has stayed open for `settleMs`
@@ -27,6 +31,7 @@ import type { Clock } from '../clock.js';
 import { errorMessage, isNodeletError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Loop } from '../loop.js';
+import { containerEvent, type ContainerEvent } from './containerd-event.js';
 import { GrpcStatus } from './grpc-status.js';
 
 /** CRI `rpc GetContainerEvents(GetEventsRequest) returns (stream ContainerEventResponse)`; GetEventsRequest is empty. */
@@ -45,6 +50,8 @@ export interface RuntimeEventsOptions {
   stream: EventStreamer;
   /** Something changed in the runtime (coalesced), or events may have been missed. Must not throw. */
   onEvent: () => void;
+  /** A container's exit or OOM kill read from a containerd event, told before the onEvent it asks for. Must not throw. */
+  onContainerEvent?: (e: ContainerEvent) => void;
   clock: Clock;
   logger: Logger;
   settleMs?: number;
@@ -78,7 +85,7 @@ export class RuntimeEvents {
   #unsupportedLogged = false;
 
   constructor(o: RuntimeEventsOptions) {
-    this.#o = { settleMs: 1000, coalesceMs: 200, retryUnsupportedMs: 5 * 60_000, maxBackoffMs: 30_000, ...o };
+    this.#o = { settleMs: 1000, coalesceMs: 200, retryUnsupportedMs: 5 * 60_000, maxBackoffMs: 30_000, onContainerEvent: () => {}, ...o };
     this.#loop = new Loop({ name: 'runtime-events', turn: (signal) => this.#turn(signal), delayMs: () => this.#delayMs, clock: o.clock, logger: o.logger });
   }
 
@@ -146,7 +153,8 @@ export class RuntimeEvents {
     // (CRI-O without --enable-pod-events): live at its first event only.
     if (source === 'containerd') void this.#o.clock.sleep(this.#o.settleMs, settled.signal).then(goLive, () => {});
     try {
-      await this.#o.stream(path, body, () => {
+      await this.#o.stream(path, body, (message) => {
+        if (source === 'containerd') this.#containerEvent(message);
         goLive();
         this.#changed();
       }, signal);
@@ -160,6 +168,17 @@ export class RuntimeEvents {
           this.#o.onEvent();
         }
       }
+    }
+  }
+
+  /** A container's exit or OOM kill in a containerd event, handed on (a listener's failure is logged, never the stream's). */
+  #containerEvent(message: Buffer): void {
+    const e = containerEvent(message);
+    if (!e) return;
+    try {
+      this.#o.onContainerEvent(e);
+    } catch (err) {
+      this.#o.logger.error({ err: errorMessage(err), containerId: e.containerId }, `runtime events: container event listener failed: ${errorMessage(err)}`);
     }
   }
 

@@ -41,6 +41,7 @@ import { PodSources } from '../pods/sources/sources.js';
 import { apiVolumeDir } from '../pods/volumes/api-data.js';
 import { emptyDirPath, podLogDir } from '../pods/volumes/volumes.js';
 import { StaticPodSource } from '../pods/sources/static-source.js';
+import type { ContainerEvent } from '../runtime/containerd-event.js';
 import { RuntimeEvents } from '../runtime/runtime-events.js';
 import type { ImagePullRecords } from '../system/root-dir.js';
 import { isVerificationPolicy } from '../config/image-pull-credentials.js';
@@ -80,14 +81,8 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
   // A pod's status changed (connected mode's status writer listens); the runtime changed (the pod manager relists).
   const statusChanges = new Subscribers<string>();
   const runtimeChanges = new Subscribers<void>();
-  // The runtime's change events (runtime-events.ts): where it has them, the relist runs on
-  // them (and every 10 s) instead of every second.
-  const runtimeEvents = new RuntimeEvents({
-    stream: (path, body, onMessage, signal) => cri.serverStream(path, body, onMessage, signal),
-    onEvent: () => runtimeChanges.emit(),
-    clock,
-    logger: log.child({ component: 'runtime-events' }),
-  });
+  // The runtime's change events: the relist runs on them where it has them; a container's exit read from containerd's event syncs its pod at once.
+  const runtimeEvents = runtimeEventsFor(ctx, cri, () => runtimeChanges.emit(), (e) => pods.runtimeContainerExited(podRuntime.noteContainerEvent(e)));
   // The eviction manager (below) decides the pressure conditions the eviction admission handler reads.
   let eviction: EvictionManager | undefined;
   const pods = await podManagerFor(ctx, rt, { podRuntime, runtimeEvents, statusChanges, nodeView, pressure: () => eviction?.conditions() ?? [] });
@@ -142,6 +137,21 @@ export async function wirePods(ctx: WiringContext, rt: RuntimeWiring, o: PodsWir
     }),
   );
   return { pods, services };
+}
+
+/**
+ * The runtime's change events (runtime-events.ts): `onEvent` for any change, and first
+ * `onContainerEvent` for a container's exit or OOM kill read from containerd's event (the
+ * pod runtime notes it, cri-pod-runtime.ts noteContainerEvent, and the pod syncs on it).
+ */
+function runtimeEventsFor(ctx: WiringContext, cri: RuntimeWiring['cri'], onEvent: () => void, onContainerEvent: (e: ContainerEvent) => void): RuntimeEvents {
+  return new RuntimeEvents({
+    stream: (path, body, onMessage, signal) => cri.serverStream(path, body, onMessage, signal),
+    onEvent,
+    onContainerEvent,
+    clock: ctx.clock,
+    logger: ctx.log.child({ component: 'runtime-events' }),
+  });
 }
 
 /** The PodRuntime port on the CRI client, with everything a container's config reads. */

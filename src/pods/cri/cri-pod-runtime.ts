@@ -29,6 +29,7 @@ import { parseQuantity } from '../../config/quantity.js';
 import { NodeletError, errorMessage } from '../../errors.js';
 import { nodeRef, podRef, type EventSink } from '../../events.js';
 import { silentLogger, type Logger } from '../../log.js';
+import type { ContainerEvent, ContainerExitEvent } from '../../runtime/containerd-event.js';
 import type { CriClient } from '../../runtime/cri-client.js';
 import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../../runtime/types.js';
 import type { ApiObjects } from '../objects/objects.js';
@@ -165,6 +166,24 @@ interface KnownStatus {
   message: string;
 }
 
+type SandboxEntry = Awaited<ReturnType<CriClient['listPodSandbox']>>[number];
+type ContainerEntry = Awaited<ReturnType<CriClient['listContainers']>>[number];
+
+/** A pod's observation kept from the relist; `noted`: an exit told by an event since (observeNoted builds it again). */
+interface Relisted {
+  sandboxes: readonly SandboxEntry[];
+  containers: readonly ContainerEntry[];
+  observed: ObservedPod;
+  noted?: boolean;
+}
+
+/** What the runtime's events said of a container still listed running; `known`: its exited status, made once. */
+interface NotedExit {
+  oom: boolean;
+  exit?: ContainerExitEvent;
+  known?: Promise<KnownStatus>;
+}
+
 export class CriPodRuntime implements PodRuntime {
   readonly #o: CriPodRuntimeOptions;
   #runtimeName = 'containerd';
@@ -185,7 +204,14 @@ export class CriPodRuntime implements PodRuntime {
    * the caches above, the observation is the same too: kept, and the same object handed to
    * the pod manager (which then knows at once that nothing changed).
    */
-  readonly #relisted = new Map<string, { sandboxes: readonly object[]; containers: readonly object[]; observed: ObservedPod }>();
+  readonly #relisted = new Map<string, Relisted>();
+  /**
+   * Exits (and OOM kills) the runtime's events told of (noteContainerEvent), by container ID,
+   * while the runtime still lists the container running: only for containers last known
+   * running (so at most one per container nodelet knows), forgotten once the listing shows
+   * the container exited or gone.
+   */
+  readonly #exits = new Map<string, NotedExit>();
   readonly #log: Logger;
   /** configMap, secret, downwardAPI and projected volumes, kept up to date (api-volumes.ts). */
   readonly #apiVolumes: ApiVolumes;
@@ -275,6 +301,7 @@ export class CriPodRuntime implements PodRuntime {
     // A full list: forget the statuses of containers the runtime no longer has.
     const ids = new Set(containers.map((c) => c.id));
     for (const id of this.#statuses.keys()) if (!ids.has(id)) this.#statuses.delete(id);
+    for (const id of this.#exits.keys()) if (!ids.has(id)) this.#exits.delete(id);
     const sandboxIds = new Set(sandboxes.map((s) => s.id));
     for (const id of this.#sandboxIPs.keys()) if (!sandboxIds.has(id)) this.#sandboxIPs.delete(id);
     // Grouped by pod once (each pod filtering the whole list was quadratic: 110 pods, 330
@@ -291,7 +318,7 @@ export class CriPodRuntime implements PodRuntime {
     const out: (ObservedPod | Promise<ObservedPod>)[] = [];
     for (const [uid, g] of byUid) {
       const kept = this.#relisted.get(uid);
-      if (kept && sameEntries(kept.sandboxes, g.sandboxes) && sameEntries(kept.containers, g.containers)) out.push(kept.observed);
+      if (kept && !kept.noted && sameEntries(kept.sandboxes, g.sandboxes) && sameEntries(kept.containers, g.containers)) out.push(kept.observed);
       else out.push(this.#observeListed(uid, g.sandboxes, g.containers));
     }
     return Promise.all(out);
@@ -304,7 +331,7 @@ export class CriPodRuntime implements PodRuntime {
     // Kept only when every container's status is cached for the state listed (none caught
     // mid-transition, none gone between list and status) and every ready sandbox's IPs are known.
     const complete =
-      containers.every((c) => this.#statuses.get(c.id)?.listed === c.state) &&
+      containers.every((c) => this.#statuses.get(c.id)?.listed === c.state && !this.#exits.get(c.id)?.exit) &&
       sandboxes.every((sb) => sb.state !== 'SANDBOX_READY' || this.#sandboxIPs.has(sb.id));
     if (complete) this.#relisted.set(uid, { sandboxes, containers, observed });
     return observed;
@@ -318,8 +345,8 @@ export class CriPodRuntime implements PodRuntime {
 
   async #observe(
     uid: string,
-    allSandboxes: Awaited<ReturnType<CriClient['listPodSandbox']>>,
-    allContainers: Awaited<ReturnType<CriClient['listContainers']>>,
+    allSandboxes: readonly SandboxEntry[],
+    allContainers: readonly ContainerEntry[],
   ): Promise<ObservedPod> {
     const sandboxes = allSandboxes.filter((s) => s.labels[K.LABEL_POD_UID] === uid);
     const list = allContainers.filter((c) => c.labels[K.LABEL_POD_UID] === uid);
@@ -327,8 +354,9 @@ export class CriPodRuntime implements PodRuntime {
     for (const c of list) {
       // Exit code, start/finish times and reason are only in ContainerStatus (cached while the state holds).
       const cached = this.#statuses.get(c.id);
-      const known = cached && cached.listed === c.state ? cached : await this.#containerStatus(c.id, c.state);
+      let known = cached && cached.listed === c.state ? cached : await this.#containerStatus(c.id, c.state);
       if (!known) continue;
+      if (this.#exits.size) known = await this.#exitFromEvent(c.id, c.state, known);
       const { st, message } = known;
       containers.push({
         id: c.id,
@@ -366,6 +394,68 @@ export class CriPodRuntime implements PodRuntime {
       ...(grace !== undefined ? { gracePeriodSeconds: grace } : {}),
       ...(node !== undefined ? { node, ...(this.#o.nodeName && node !== this.#o.nodeName ? { foreign: true } : {}) } : {}),
     };
+  }
+
+  /**
+   * containerd's event of a container's exit or OOM kill (runtime-events.ts, containerd-event.ts).
+   * Its CRI plugin lists the container exited only once it deleted the task; until then the
+   * relist shows the exit as the event tells it: exit code, finish time, and the reason the
+   * plugin will give (`OOMKilled` after an OOM event, else `Completed` for 0, `Error`). Only
+   * for a container last known running; any other ID (an unknown or already exited one) is
+   * ignored.
+   */
+  noteContainerEvent(e: ContainerEvent): string | undefined {
+    const running = this.#statuses.get(e.containerId);
+    if (running?.listed !== 'CONTAINER_RUNNING') return undefined;
+    const noted = this.#exits.get(e.containerId) ?? { oom: false };
+    if (e.kind === 'oom') noted.oom = true;
+    else noted.exit = e;
+    noted.known = undefined;
+    this.#exits.set(e.containerId, noted);
+    if (e.kind === 'oom') return undefined;
+    // Its pod's kept observation shows it running: built again at the next look (observeNoted).
+    const uid = running.st.labels[K.LABEL_POD_UID];
+    const kept = uid === undefined ? undefined : this.#relisted.get(uid);
+    if (kept?.containers.some((c) => c.id === e.containerId)) kept.noted = true;
+    return uid;
+  }
+
+  /**
+   * A pod whose container's exit an event told (noteContainerEvent) since the relist kept its
+   * observation: that observation again, with the exit, without asking the runtime (its
+   * listing still shows the container running). Undefined when there is none.
+   */
+  observeNoted(uid: string): Promise<ObservedPod> | undefined {
+    const kept = this.#relisted.get(uid);
+    return kept?.noted ? this.#observe(uid, kept.sandboxes, kept.containers) : undefined;
+  }
+
+  /** A container the runtime still lists running, as its noted exit says it is now (or as listed, when none). */
+  async #exitFromEvent(id: string, listed: ContainerState, known: KnownStatus): Promise<KnownStatus> {
+    const noted = this.#exits.get(id);
+    if (!noted) return known;
+    // The runtime's own record caught up (or it was never running): it is the truth from now on.
+    if (listed !== 'CONTAINER_RUNNING' || known.st.state !== 'CONTAINER_RUNNING') {
+      this.#exits.delete(id);
+      return known;
+    }
+    if (!noted.exit) return known;
+    // Made once (the event's sync and the relist after it may ask at the same time).
+    if (!noted.known) {
+      const made = this.#exitedStatus(listed, known.st, noted.exit, noted.oom);
+      // A failure is not kept: the next look tries again.
+      made.catch(() => noted.known === made && (noted.known = undefined));
+      noted.known = made;
+    }
+    return noted.known;
+  }
+
+  /** The status the CRI plugin will give a container that exited as `exit` says (its termination message read now). */
+  async #exitedStatus(listed: ContainerState, running: CriContainerStatus, exit: ContainerExitEvent, oom: boolean): Promise<KnownStatus> {
+    const { exitCode, exitedAtNs } = exit;
+    const reason = oom ? 'OOMKilled' : exitCode === 0 ? 'Completed' : 'Error';
+    const st: CriContainerStatus = { ...running, state: 'CONTAINER_EXITED', exitCode, finishedAt: exitedAtNs, reason };
+    return { listed, st, message: await this.#terminationMessage(st) };
   }
 
   async #containerStatus(id: string, listed: ContainerState): Promise<KnownStatus | undefined> {

@@ -25,6 +25,12 @@ export interface PodRuntime {
   /** What the runtime holds for one pod UID (sandboxes and containers, any state). */
   observePod(uid: string): Promise<ObservedPod>;
   /**
+   * A pod whose container's exit the runtime's event told since the last listPods: that
+   * listing's observation of it with the exit, without asking the runtime (whose listing
+   * may still show the container running). Undefined when nothing was told. Optional.
+   */
+  observeNoted?(uid: string): Promise<ObservedPod> | undefined;
+  /**
    * At a worker's first sync of a pod the runtime already runs (adopted after a restart):
    * fills what the node records about it where missing (a record rebuilt after a crash).
    * Optional; best effort (never fails the sync).

@@ -175,6 +175,29 @@ export class PodManager {
     this.#loop.wake();
   }
 
+  /** Where the last successful listing of the relist started, in #seq. */
+  #listedSeq = 0;
+
+  /**
+   * The runtime's event told that a container of pod `uid` exited (cri-pod-runtime.ts
+   * noteContainerEvent): a steady pod syncs at once on the last listing with that exit
+   * (runtime.observeNoted, no call to the runtime), as the kubelet's Evented PLEG syncs a pod
+   * on the statuses its event carries, instead of waiting for a relist whose listing can
+   * still show the container running. Only a pod whose last sync ended before that listing
+   * (so it holds the sync's effects), not one in a sync or waiting for one: the relist
+   * (runtimeChanged) sees to those. At most one sync per pod queued, whatever the events.
+   */
+  runtimeContainerExited(uid: string | undefined): void {
+    if (uid === undefined) return;
+    const w = this.#workers.get(uid);
+    const want = this.#desired.get(uid);
+    if (!w || !want || deleting(want) || w.terminating || w.rejected || w.busy || w.needsSync) return;
+    if ((this.#syncedSeq.get(w) ?? 0) > this.#listedSeq) return;
+    const noted = this.#o.runtime.observeNoted?.(uid);
+    if (!noted) return;
+    void w.request(async () => this.#sync(w, await noted.catch(() => undefined)));
+  }
+
   /**
    * The wait before the next relist: `relistMs` (the kubelet's 1 s PLEG), or with live
    * runtime events until the first thing falls due, at most EVENTED_RELIST_MS.
@@ -430,21 +453,9 @@ export class PodManager {
    * long image pull or slow stop never holds back the others or the relist.
    */
   async #relist(): Promise<Promise<void>[]> {
-    let all: ObservedPod[];
     const listSeq = ++this.#seq;
-    try {
-      all = await this.#o.runtime.listPods();
-      this.#o.metrics.relisted(all);
-      if (this.#lastError) this.#log.info('runtime answers again; pod sync resumed');
-      this.#lastError = '';
-    } catch (err) {
-      const msg = errorMessage(err);
-      if (msg !== this.#lastError) this.#log.warn({ err: msg }, `cannot list pods from the runtime: ${msg}`);
-      this.#lastError = msg;
-      return [];
-    } finally {
-      this.#lastTurn = this.#o.clock.now();
-    }
+    const all = await this.#listRuntime(listSeq);
+    if (!all) return [];
     const jobs: Promise<void>[] = [];
     const now = this.#o.clock.now();
     const listed = new Map(all.map((o) => [o.uid, o]));
@@ -461,7 +472,7 @@ export class PodManager {
         if (w.busy) jobs.push(w.idle());
         continue;
       }
-      jobs.push(w.request(() => this.#sync(w, (this.#syncedSeq.get(w) ?? 0) < listSeq ? obs : undefined)));
+      jobs.push(w.request(() => this.#syncListed(w, obs, listSeq)));
     }
     for (const [uid, w] of this.#workers) {
       if (w.terminating) {
@@ -508,6 +519,37 @@ export class PodManager {
       jobs.push(w.request(() => this.#terminate(w, grace)));
     }
     return jobs;
+  }
+
+  /** The relist's listing of the runtime (numbered `listSeq`); undefined when it failed (logged once per error). */
+  async #listRuntime(listSeq: number): Promise<ObservedPod[] | undefined> {
+    try {
+      const all = await this.#o.runtime.listPods();
+      this.#listedSeq = listSeq;
+      this.#o.metrics.relisted(all);
+      if (this.#lastError) this.#log.info('runtime answers again; pod sync resumed');
+      this.#lastError = '';
+      return all;
+    } catch (err) {
+      const msg = errorMessage(err);
+      if (msg !== this.#lastError) this.#log.warn({ err: msg }, `cannot list pods from the runtime: ${msg}`);
+      this.#lastError = msg;
+      return undefined;
+    } finally {
+      this.#lastTurn = this.#o.clock.now();
+    }
+  }
+
+  /**
+   * The relist's sync of a pod, when its turn comes: on the relist's observation when that is
+   * newer than the worker's last sync. A sync that ran in between (a runtime event's,
+   * runtimeContainerExited) and saw what this listing shows, and did nothing, leaves nothing
+   * to do: no second look at the runtime.
+   */
+  #syncListed(w: PodWorker, obs: ObservedPod | undefined, listSeq: number): Promise<void> {
+    const since = (this.#syncedSeq.get(w) ?? 0) > listSeq;
+    if (since && !w.needsSync && this.#unchanged(w, obs)) return Promise.resolve();
+    return this.#sync(w, since ? undefined : obs);
   }
 
   /**

@@ -1,12 +1,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from '../../../src/log.js';
 import { GrpcError, GrpcStatus } from '../../../src/runtime/grpc-unary.js';
+import type { ContainerEvent } from '../../../src/runtime/containerd-event.js';
 import { CONTAINERD_EVENTS_PATH, CRI_EVENTS_PATH, RuntimeEvents, type EventStreamer } from '../../../src/runtime/runtime-events.js';
 import { settle, VirtualClock } from '../../helpers/clock.js';
+import { taskExit, taskOom } from '../../helpers/containerd-events.js';
 
 /** A runtime socket whose streams the test drives: each call waits until the test ends it. */
 class FakeRuntime {
-  readonly calls: { path: string; body: Buffer; send: (m: string) => void; end: (err?: Error) => void; aborted: () => boolean }[] = [];
+  readonly calls: { path: string; body: Buffer; send: (m: string | Buffer) => void; end: (err?: Error) => void; aborted: () => boolean }[] = [];
   /** Paths answered UNIMPLEMENTED at once. */
   unimplemented = new Set<string>();
 
@@ -15,7 +17,7 @@ class FakeRuntime {
     return new Promise<void>((resolve, reject) => {
       const end = (err?: Error) => (err ? reject(err) : resolve());
       signal.addEventListener('abort', () => reject(new GrpcError(GrpcStatus.CANCELLED, 'Cancelled on client')), { once: true });
-      this.calls.push({ path, body: Buffer.from(body), send: (m) => onMessage(Buffer.from(m)), end, aborted: () => signal.aborted });
+      this.calls.push({ path, body: Buffer.from(body), send: (m) => onMessage(typeof m === 'string' ? Buffer.from(m) : m), end, aborted: () => signal.aborted });
     });
   };
 }
@@ -25,9 +27,18 @@ afterEach(async () => {
   for (const s of stops.splice(0)) await s();
 });
 
-function watch(rt: FakeRuntime, clock: VirtualClock) {
+function watch(rt: FakeRuntime, clock: VirtualClock, onContainerEvent?: (e: ContainerEvent, relists: number) => void) {
   const events: number[] = [];
-  const ev = new RuntimeEvents({ stream: rt.stream, onEvent: () => events.push(clock.now()), clock, logger: silentLogger(), settleMs: 1000, coalesceMs: 100, retryUnsupportedMs: 300_000 });
+  const ev = new RuntimeEvents({
+    stream: rt.stream,
+    onEvent: () => events.push(clock.now()),
+    ...(onContainerEvent ? { onContainerEvent: (e: ContainerEvent) => onContainerEvent(e, events.length) } : {}),
+    clock,
+    logger: silentLogger(),
+    settleMs: 1000,
+    coalesceMs: 100,
+    retryUnsupportedMs: 300_000,
+  });
   const ab = new AbortController();
   ev.start(ab.signal);
   stops.push(async () => {
@@ -94,6 +105,48 @@ describe('RuntimeEvents', () => {
     expect([ev2.live, asked.length]).toEqual([false, 2]);
     await clock2.advance(1);
     expect(asked.length).toBe(4);
+  });
+
+  it("containerd's exit and OOM events are handed on with what they say, before the relist they ask for; an exec's exit and a CRI runtime's events are not", async () => {
+    const clock = new VirtualClock();
+    const told: string[] = [];
+    const tell = (e: ContainerEvent, relists: number) => told.push(`${e.kind} ${e.containerId}${e.kind === 'exit' ? ` ${e.exitCode}` : ''} after ${relists} relists`);
+    const containerd = new FakeRuntime();
+    containerd.unimplemented.add(CRI_EVENTS_PATH);
+    const { events } = watch(containerd, clock, tell);
+    await settle();
+    await clock.advance(1100);
+    const t = clock.now();
+    containerd.calls[0]!.send(taskOom('c1'));
+    containerd.calls[0]!.send(taskExit('c1', 137, 5000));
+    containerd.calls[0]!.send(taskExit('c1', 1, 5000, 'exec-1'));
+    await clock.advance(100);
+    // The OOM event (quiet before) is handed on, then relisted at once; the exit, within the
+    // window, is handed on at once and relisted at the window's end; the exec's exit is not handed on.
+    expect(told).toEqual(['oom c1 after 1 relists', 'exit c1 137 after 2 relists']);
+    expect(events.slice(1)).toEqual([t, t + 100]);
+
+    told.length = 0;
+    const cri = new FakeRuntime();
+    const second = watch(cri, clock, tell);
+    await settle();
+    cri.calls[0]!.send(taskExit('c2', 137, 5000));
+    await settle();
+    expect([told, second.events]).toEqual([[], [clock.now()]]);
+  });
+
+  it('a container event listener that throws costs neither the relist nor the subscription', async () => {
+    const clock = new VirtualClock();
+    const rt = new FakeRuntime();
+    rt.unimplemented.add(CRI_EVENTS_PATH);
+    const { ev, events } = watch(rt, clock, () => {
+      throw new Error('listener bug');
+    });
+    await settle();
+    await clock.advance(1100);
+    rt.calls[0]!.send(taskExit('c1', 1, 5000));
+    await settle();
+    expect([events.slice(1), ev.live, rt.calls.length]).toEqual([[clock.now()], true, 1]);
   });
 
   it('stop ends the subscription (the stream is cancelled) and asks for no relist', async () => {

@@ -1,0 +1,120 @@
+/**
+ * What a containerd event says of a container's end, read from the event's own bytes, so
+ * that a container's exit reaches its pod's status at the runtime's pace: containerd 1.6
+ * publishes `/tasks/exit` as the task exits, while its CRI plugin updates the record that
+ * ListContainers and ContainerStatus answer only after it deleted the task (a runc call:
+ * 50-200 ms later here, FACTS.md). The relist reads the exit from the event meanwhile
+ * (cri-pod-runtime.ts `noteExit`).
+ *
+ * Wire formats (containerd's api/events and api/services/events/v1):
+ *   Envelope  { Timestamp timestamp = 1; string namespace = 2; string topic = 3; Any event = 4 }
+ *   Any       { string type_url = 1; bytes value = 2 }
+ *   TaskExit  { string container_id = 1; string id = 2; uint32 pid = 3; uint32 exit_status = 4; Timestamp exited_at = 5 }
+ *   TaskOOM   { string container_id = 1 }
+ *   Timestamp { int64 seconds = 1; int32 nanos = 2 }
+ * Anything else, or anything malformed, is no container event (undefined): the event still
+ * asks for a relist, which reads the runtime's own listing.
+ */
+
+/** A container's init process exited (`/tasks/exit` whose process is the container's own, not an exec). */
+export interface ContainerExitEvent {
+  kind: 'exit';
+  containerId: string;
+  exitCode: number;
+  /** When it exited, ns since the epoch (as CRI's `finished_at`); 0 when the event has none. */
+  exitedAtNs: number;
+}
+
+/** The kernel's OOM killer hit the container (`/tasks/oom`): its exit that follows is `OOMKilled`. */
+export interface ContainerOomEvent {
+  kind: 'oom';
+  containerId: string;
+}
+
+export type ContainerEvent = ContainerExitEvent | ContainerOomEvent;
+
+/** Container IDs longer than this are no container's (containerd's are 64 hex digits; CRI-O's too). */
+const MAX_ID_BYTES = 256;
+
+/** One top-level field: its number, its varint value (wire 0) or its bytes (wire 2). */
+interface Field {
+  no: number;
+  value: number;
+  bytes: Buffer | undefined;
+}
+
+/**
+ * The fields of a message, in order; undefined when malformed. Varints up to 2^53 (a
+ * Timestamp's seconds are int64; a negative one, 10 bytes, is refused as malformed).
+ */
+function fields(msg: Buffer): Field[] | undefined {
+  const out: Field[] = [];
+  let pos = 0;
+  while (pos < msg.length) {
+    const tag = varint(msg, pos);
+    if (!tag) return undefined;
+    const wire = tag.value % 8;
+    const no = Math.floor(tag.value / 8);
+    if (wire === 0) {
+      const v = varint(msg, tag.end);
+      if (!v) return undefined;
+      out.push({ no, value: v.value, bytes: undefined });
+      pos = v.end;
+    } else if (wire === 2) {
+      const len = varint(msg, tag.end);
+      if (!len || len.end + len.value > msg.length) return undefined;
+      out.push({ no, value: 0, bytes: msg.subarray(len.end, len.end + len.value) });
+      pos = len.end + len.value;
+    } else if (wire === 1 || wire === 5) {
+      pos = tag.end + (wire === 1 ? 8 : 4);
+      if (pos > msg.length) return undefined;
+    } else {
+      return undefined;
+    }
+  }
+  return out;
+}
+
+function varint(buf: Buffer, pos: number): { value: number; end: number } | undefined {
+  let value = 0;
+  for (let i = 0; i < 8 && pos + i < buf.length; i++) {
+    const b = buf[pos + i]!;
+    value += (b & 0x7f) * 2 ** (7 * i);
+    if (b < 0x80) return { value, end: pos + i + 1 };
+  }
+  return undefined;
+}
+
+const last = (f: Field[], no: number): Field | undefined => f.findLast((x) => x.no === no);
+
+function str(f: Field[], no: number): string {
+  const b = last(f, no)?.bytes;
+  return b && b.length <= MAX_ID_BYTES ? b.toString('utf8') : '';
+}
+
+/** A Timestamp as ns since the epoch (0 when absent or malformed). */
+function timestampNs(b: Buffer | undefined): number {
+  const t = b && fields(b);
+  if (!t) return 0;
+  const nanos = last(t, 2)?.value ?? 0;
+  return (last(t, 1)?.value ?? 0) * 1e9 + (nanos < 1e9 ? nanos : 0);
+}
+
+/** The container event in a containerd event service Envelope, or undefined (another event, or malformed). */
+export function containerEvent(envelope: Buffer): ContainerEvent | undefined {
+  const env = fields(envelope);
+  const any = env && last(env, 4)?.bytes;
+  const topic = env && str(env, 3);
+  if (!any || (topic !== '/tasks/exit' && topic !== '/tasks/oom')) return undefined;
+  const value = fields(any);
+  const body = value && last(value, 2)?.bytes;
+  const ev = body && fields(body);
+  if (!ev) return undefined;
+  const containerId = str(ev, 1);
+  if (!containerId) return undefined;
+  if (topic === '/tasks/oom') return { kind: 'oom', containerId };
+  // An exec's process exits with its own ID: the container runs on.
+  if (str(ev, 2) !== containerId) return undefined;
+  const status = last(ev, 4)?.value ?? 0;
+  return { kind: 'exit', containerId, exitCode: status <= 0xffffffff ? status | 0 : 0, exitedAtNs: timestampNs(last(ev, 5)?.bytes) };
+}
