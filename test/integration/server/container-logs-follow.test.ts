@@ -110,9 +110,8 @@ function checkingClient(from = 0) {
 }
 
 /**
- * The bound for "within a second": a second, or, on a machine so loaded (CI runs lanes side
- * by side on 2 cores) that the same reader and client take longer for the same bytes without
- * any rotation, twice that (`file`'s reading, its first line numbered `from`,
+ * The bound for "within a second": a second, or, on a machine so loaded that the same reader
+ * and client take longer for the same bytes without any rotation, twice that (`file`'s reading, its first line numbered `from`,
  * measured in the same run). A stall, the issue's fault, never ends, so either bound catches it.
  */
 async function withinASecond(file: string, from: number): Promise<number> {
