@@ -201,6 +201,9 @@ function activeMsSinceLastCall(): () => number {
 export function eventLoopCheck(
   o: { periodMs?: number; maxLagMs?: number; clock?: Clock; delay?: EventLoopDelay; onDelay?: (r: EventLoopDelayReport) => void } = {},
 ): HealthCheck & { start(signal?: AbortSignal): void; stop(): Promise<void> } {
+  // 500 ms: a wake-up at rest of its own (docs/architecture.md), the only one that notices
+  // timers firing late and names the step that held the loop; the fine sampler only runs
+  // after a busy window.
   const { periodMs = 500, maxLagMs = 10_000, clock = realClock } = o;
   const delay = o.delay ?? new EventLoopDelay();
   let last = clock.now();

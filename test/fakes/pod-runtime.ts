@@ -141,7 +141,10 @@ export class MemRuntime implements PodRuntime {
     this.calls.push(`cleanupPod ${uid}`);
     this.leftovers.delete(uid);
   }
-  async leftoverPods() {
+  /** What the last leftoverPods call was told the caller keeps anyway. */
+  leftoverKept: ((uid: string) => boolean) | undefined;
+  async leftoverPods(kept?: (uid: string) => boolean) {
+    this.leftoverKept = kept;
     return [...this.leftovers];
   }
   runtimeName() {

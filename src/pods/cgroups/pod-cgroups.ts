@@ -104,8 +104,12 @@ export interface PodCgroupsPort {
   track(pod: Pod): void;
   /** Removes the pod's cgroup (after its sandboxes are gone); a missing one is fine. */
   removePod(uid: string): Promise<void>;
-  /** UIDs of the pod cgroups under kubepods (housekeeping removes the orphans). */
-  podUids(): Promise<string[]>;
+  /**
+   * UIDs of the idle pod cgroups under kubepods (housekeeping removes the orphans). `kept`:
+   * pods the caller keeps anyway, whose cgroups are not looked into (a directory listing
+   * each: 110 every housekeeping turn on a full node).
+   */
+  podUids(kept?: (uid: string) => boolean): Promise<string[]>;
 }
 
 const V1_WRITE_ORDER = ['cpu', 'memory', 'pids'];
@@ -248,7 +252,7 @@ export class PodCgroups implements PodCgroupsPort {
     if (errors.length) throw new NodeletError('UNAVAILABLE', `cannot remove the cgroup of pod ${uid}: ${errors.join('; ')}`);
   }
 
-  async podUids(): Promise<string[]> {
+  async podUids(kept?: (uid: string) => boolean): Promise<string[]> {
     if (!this.#ready) return [];
     const base = this.#o.layout.version === 2 ? this.#o.layout.unified! : (this.#o.layout.controllers.get('memory') ?? this.#o.layout.mounts[0]!);
     const out = new Set<string>();
@@ -263,7 +267,7 @@ export class PodCgroups implements PodCgroupsPort {
         const uid = e.isDirectory() ? podUidFromDir(e.name, this.#o.driver) : undefined;
         // Only idle pod cgroups (no container cgroup under them): a pod being set up or run by
         // anyone keeps its cgroup.
-        if (uid && !(await hasSubdirectory(path.join(base, cgroupPath(qosCgroupName(this.#kubepods, qos), this.#o.driver), e.name)))) out.add(uid);
+        if (uid && !kept?.(uid) && !(await hasSubdirectory(path.join(base, cgroupPath(qosCgroupName(this.#kubepods, qos), this.#o.driver), e.name)))) out.add(uid);
       }
     }
     return [...out];

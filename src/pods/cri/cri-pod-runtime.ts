@@ -705,10 +705,10 @@ export class CriPodRuntime implements PodRuntime {
   }
 
   /** Pods that left directories, or entries in the resource records (a previous agent's included). */
-  async leftoverPods(): Promise<string[]> {
+  async leftoverPods(kept?: (uid: string) => boolean): Promise<string[]> {
     const dirs = await leftoverPodUids(this.#o.rootDir, this.#o.podLogsDir);
     // Orphaned pod cgroups too (the kubelet's cleanupOrphanedPodCgroups at housekeeping).
-    const cgroups = (await this.#o.cgroups?.podUids().catch(() => [])) ?? [];
+    const cgroups = (await this.#o.cgroups?.podUids(kept).catch(() => [])) ?? [];
     const a = this.#o.allocation;
     return [...new Set([...dirs, ...cgroups, ...(a ? [...a.allocated.uids(), ...a.actuated.uids()] : [])])];
   }

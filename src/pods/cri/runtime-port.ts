@@ -59,8 +59,12 @@ export interface PodRuntime {
   refreshVolumes?(pod: Pod): Promise<void>;
   /** Removes what the pod left on the node besides the runtime (its directories, volumes, logs), once it is gone. */
   cleanupPod(uid: string): Promise<void>;
-  /** UIDs of pods that left directories on the node (cleanupPod removes them). */
-  leftoverPods(): Promise<string[]>;
+  /**
+   * UIDs of pods that left directories on the node (cleanupPod removes them). `kept`: pods
+   * the caller keeps whatever is found (wanted, or in the runtime): what costs a look per pod
+   * (a pod cgroup's subdirectories) is not looked at for them. They may still be listed.
+   */
+  leftoverPods(kept?: (uid: string) => boolean): Promise<string[]>;
   /** `containerd`, `cri-o`: the prefix of container IDs in pod status. */
   runtimeName(): string;
 }

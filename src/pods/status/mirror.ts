@@ -124,6 +124,9 @@ export class MirrorPods extends LoopOwner {
   #dirty = true;
 
   constructor(o: MirrorPodsOptions) {
+    // Every second (a turn with nothing changed returns at once, no request): a change of the
+    // static pods or of the API's pods reaches the API within a second, a burst of watch
+    // events in one plan.
     super({ name: 'mirror-pods', clock: o.clock ?? realClock, periodMs: o.periodMs ?? 1000 });
     this.#o = { clock: realClock, periodMs: 1000, nodeCheckMs: 10_000, ...o };
   }

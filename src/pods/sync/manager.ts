@@ -581,15 +581,16 @@ export class PodManager {
    */
   async #removeLeftovers(inRuntime: ReadonlySet<string>): Promise<void> {
     const rt = this.#o.runtime;
+    const kept = (uid: string) => this.#desired.has(uid) || this.#workers.has(uid) || inRuntime.has(uid);
     let uids: string[];
     try {
-      uids = await rt.leftoverPods();
+      uids = await rt.leftoverPods(kept);
     } catch (err) {
       this.#log.warn({ err: errorMessage(err) }, `cannot list the pod directories left on the node: ${errorMessage(err)}`);
       return;
     }
     for (const uid of uids) {
-      if (this.#desired.has(uid) || this.#workers.has(uid) || inRuntime.has(uid)) continue;
+      if (kept(uid)) continue;
       this.#log.info({ uid }, `removing the directories of pod ${uid}, which is no longer wanted nor in the runtime`);
       await rt.cleanupPod(uid).catch((err) => this.#log.warn({ uid, err: errorMessage(err) }, `cannot remove the directories of pod ${uid}: ${errorMessage(err)}`));
     }

@@ -520,6 +520,8 @@ describe('PodManager housekeeping', () => {
     await m.syncOnce();
     expect(rt.calls.filter((c) => c.startsWith('cleanupPod'))).toEqual(['cleanupPod gone']);
     expect([...rt.leftovers]).toEqual(['kept']);
+    // The runtime was told which pods are kept anyway (it need not look into their cgroups).
+    expect([rt.leftoverKept?.('kept'), rt.leftoverKept?.('gone')]).toEqual([true, false]);
     // Looked for again only after the housekeeping period.
     rt.leftovers.add('later');
     await m.syncOnce();
