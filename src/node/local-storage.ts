@@ -26,6 +26,7 @@ import path from 'node:path';
 import type { Pod, Volume } from 'kubernetes-types/core/v1.js';
 import { parseQuantity } from '../config/quantity.js';
 import type { PodStats } from '../metrics/stats.js';
+import { podLimitAmounts } from '../pods/sync/predicates.js';
 import { canonicalText, formatBinary, formatDecimal } from './eviction-rank.js';
 
 /** Entries (files and directories) walked per pod and turn at most. */
@@ -74,36 +75,17 @@ export function localVolumes(pod: Pod): string[] {
 }
 
 /**
- * The pod's ephemeral-storage limit as component-helpers' PodLimits: app containers and sidecars
- * summed, the larger of that and each init container's own (with the sidecars before it), plus
- * the overhead; undefined when no container declares one. Printed as Go prints the sum (the
+ * The pod's ephemeral-storage limit as component-helpers' PodLimits (predicates.ts
+ * podLimitAmounts: containers and sidecars summed, an init container's own if larger, the
+ * overhead); undefined when no container declares one. Printed as Go prints the sum (the
  * format of the first limit declared).
  */
 export function podEphemeralLimit(pod: Pod): Limit | undefined {
-  let first: string | undefined;
-  const of = (c: { resources?: { limits?: Record<string, unknown> } }) => {
-    const text = c.resources?.limits?.['ephemeral-storage'];
-    const l = limitOf(text);
-    if (l && first === undefined) first = l.text;
-    return l?.bytes ?? 0;
-  };
-  let sum = 0;
-  for (const c of pod.spec?.containers ?? []) sum += of(c);
-  let sidecars = 0;
-  let inits = 0;
-  for (const c of pod.spec?.initContainers ?? []) {
-    const own = of(c);
-    if (c.restartPolicy === 'Always') {
-      sum += own;
-      sidecars += own;
-      inits = Math.max(inits, sidecars);
-    } else inits = Math.max(inits, own + sidecars);
-  }
-  if (first === undefined) return undefined;
-  let bytes = Math.max(sum, inits);
-  const overhead = limitOf(pod.spec?.overhead?.['ephemeral-storage']);
-  if (overhead) bytes += overhead.bytes;
-  const binary = parseQuantity(first).format === 'BinarySI';
+  const containers = [...(pod.spec?.containers ?? []), ...(pod.spec?.initContainers ?? [])];
+  const first = containers.map((c) => limitOf(c.resources?.limits?.['ephemeral-storage'])).find((l) => l !== undefined);
+  const bytes = podLimitAmounts(pod).get('ephemeral-storage');
+  if (!first || !bytes) return undefined;
+  const binary = parseQuantity(first.text).format === 'BinarySI';
   return { bytes, text: binary ? formatBinary(bytes) : formatDecimal(bytes) };
 }
 

@@ -66,26 +66,26 @@ function max(into: Amounts, from: Amounts): void {
   for (const [k, v] of from) if (v > (into.get(k) ?? 0)) into.set(k, v);
 }
 
-const requestsCache = new WeakMap<Pod, Amounts>();
+/** A container's limits in base units. */
+function containerLimits(c: Container): Amounts {
+  return new Map(Object.entries(c.resources?.limits ?? {}).map(([k, v]) => [k, resourceAmount(k, v)]));
+}
 
 /**
- * The pod's effective requests, as component-helpers' PodRequests: the app containers summed;
- * each init container in order needs its own requests plus the sidecars started before it;
- * sidecars (restartPolicy Always) run beside the app containers, so they add to the sum; the
- * pod needs the larger of the two; then `overhead`. Pod-level `spec.resources.requests`
- * (PodLevelResources) replace the containers' for the resources they name.
+ * component-helpers' rule for a pod's amounts, of the containers' own (`of`): the app
+ * containers summed; each init container in order needs its own plus the sidecars started
+ * before it; sidecars (restartPolicy Always) run beside the app containers, so they add to the
+ * sum; the pod needs the larger of the two.
  */
-export function podRequests(pod: Pod): Amounts {
-  const cached = requestsCache.get(pod);
-  if (cached) return cached;
-  const reqs: Amounts = new Map();
-  for (const c of pod.spec?.containers ?? []) add(reqs, containerRequests(c));
+function containersAmounts(pod: Pod, of: (c: Container) => Amounts): Amounts {
+  const sum: Amounts = new Map();
+  for (const c of pod.spec?.containers ?? []) add(sum, of(c));
   const sidecars: Amounts = new Map();
   const inits: Amounts = new Map();
   for (const c of pod.spec?.initContainers ?? []) {
-    const own = containerRequests(c);
+    const own = of(c);
     if (c.restartPolicy === 'Always') {
-      add(reqs, own);
+      add(sum, own);
       add(sidecars, own);
       max(inits, sidecars);
     } else {
@@ -94,12 +94,33 @@ export function podRequests(pod: Pod): Amounts {
       max(inits, need);
     }
   }
-  max(reqs, inits);
+  max(sum, inits);
+  return sum;
+}
+
+const requestsCache = new WeakMap<Pod, Amounts>();
+
+/**
+ * The pod's effective requests, as component-helpers' PodRequests: the containers' as
+ * containersAmounts sums them, then `overhead`. Pod-level `spec.resources.requests`
+ * (PodLevelResources) replace the containers' for the resources they name.
+ */
+export function podRequests(pod: Pod): Amounts {
+  const cached = requestsCache.get(pod);
+  if (cached) return cached;
+  const reqs = containersAmounts(pod, containerRequests);
   const podLevel = (pod.spec as { resources?: { requests?: Record<string, unknown> } } | undefined)?.resources?.requests ?? {};
   for (const [k, v] of Object.entries(podLevel)) reqs.set(k, resourceAmount(k, v));
   for (const [k, v] of Object.entries(pod.spec?.overhead ?? {})) reqs.set(k, (reqs.get(k) ?? 0) + resourceAmount(k, v));
   requestsCache.set(pod, reqs);
   return reqs;
+}
+
+/** The pod's limits, as component-helpers' PodLimits: the containers' (containersAmounts), `overhead` added to those set. */
+export function podLimitAmounts(pod: Pod): Amounts {
+  const limits = containersAmounts(pod, containerLimits);
+  for (const [k, v] of Object.entries(pod.spec?.overhead ?? {})) if (limits.has(k)) limits.set(k, limits.get(k)! + resourceAmount(k, v));
+  return limits;
 }
 
 /** Resources every node has; any other name in a request is scalar (hugepages-*, extended). */
