@@ -4,7 +4,7 @@
  * publishes `/tasks/exit` as the task exits, while its CRI plugin updates the record that
  * ListContainers and ContainerStatus answer only after it deleted the task (a runc call:
  * 50-200 ms later here, FACTS.md). The relist reads the exit from the event meanwhile
- * (cri-pod-runtime.ts `noteExit`).
+ * (cri-pod-runtime.ts `noteContainerEvent`).
  *
  * Wire formats (containerd's api/events and api/services/events/v1):
  *   Envelope  { Timestamp timestamp = 1; string namespace = 2; string topic = 3; Any event = 4 }
@@ -15,6 +15,8 @@
  * Anything else, or anything malformed, is no container event (undefined): the event still
  * asks for a relist, which reads the runtime's own listing.
  */
+
+import { readVarint, topFields } from './list-decoder.js';
 
 /** A container's init process exited (`/tasks/exit` whose process is the container's own, not an exec). */
 export interface ContainerExitEvent {
@@ -44,37 +46,29 @@ interface Field {
 }
 
 /**
- * The fields of a message, in order; undefined when malformed. Varints up to 2^53 (a
- * Timestamp's seconds are int64; a negative one, 10 bytes, is refused as malformed).
+ * The fields of a message, in order (the walk is list-decoder.ts's topFields); undefined when
+ * malformed. Varint values up to 2^56 (a Timestamp's seconds are int64; a negative one, 10
+ * bytes, is refused as malformed).
  */
 function fields(msg: Buffer): Field[] | undefined {
+  const walk = topFields(msg);
+  if (!walk) return undefined;
   const out: Field[] = [];
-  let pos = 0;
-  while (pos < msg.length) {
-    const tag = varint(msg, pos);
-    if (!tag) return undefined;
-    const wire = tag.value % 8;
-    const no = Math.floor(tag.value / 8);
-    if (wire === 0) {
-      const v = varint(msg, tag.end);
+  for (let i = 0; i < walk.length; i += 3) {
+    const tag = walk[i]!;
+    const body = readVarint(msg, walk[i + 1]!)!.end;
+    if ((tag & 7) === 0) {
+      const v = varint(msg, body);
       if (!v) return undefined;
-      out.push({ no, value: v.value, bytes: undefined });
-      pos = v.end;
-    } else if (wire === 2) {
-      const len = varint(msg, tag.end);
-      if (!len || len.end + len.value > msg.length) return undefined;
-      out.push({ no, value: 0, bytes: msg.subarray(len.end, len.end + len.value) });
-      pos = len.end + len.value;
-    } else if (wire === 1 || wire === 5) {
-      pos = tag.end + (wire === 1 ? 8 : 4);
-      if (pos > msg.length) return undefined;
-    } else {
-      return undefined;
+      out.push({ no: tag >>> 3, value: v.value, bytes: undefined });
+    } else if ((tag & 7) === 2) {
+      out.push({ no: tag >>> 3, value: 0, bytes: msg.subarray(readVarint(msg, body)!.end, walk[i + 2]!) });
     }
   }
   return out;
 }
 
+/** A varint value of up to 8 bytes (readVarint stops at 2^31: tags and lengths). */
 function varint(buf: Buffer, pos: number): { value: number; end: number } | undefined {
   let value = 0;
   for (let i = 0; i < 8 && pos + i < buf.length; i++) {
