@@ -124,12 +124,17 @@ export async function openLog(target: LogTarget, container: string): Promise<fsp
 
 /**
  * Bytes read at a time forwards: large, so a follower behind a rotation (issue 26: a 212 MB
- * file) pays few reads, awaits and writes per MB; the output of one read is one write. Not
- * larger: each chunk is a buffer (and a string) of its own, and at 1 MiB dead ones piled up
- * to ~65 MB of RSS between V8's collections during a 50 MiB follow (bench/log-follow.ts),
- * against ~2 MB at 256 KiB, at the same follower throughput.
+ * file) pays few reads, awaits and writes per MB; the output of one read is one write. But
+ * each chunk's buffer (IN_PLACE_FRONT more) and its latin1 string (the decoder's, a 16-byte
+ * header more) stay under 128 KiB: above, V8 puts the string in its large-object space and
+ * glibc maps the buffer with mmap, each a fresh allocation that faults its pages in and is
+ * unmapped when collected. Measured (2026-11-28, quiet machine, 212 MB of 1 KiB records
+ * through `/containerLogs` over HTTPS to curl): 256 KiB took 1.56-2.21 s with nodelet at
+ * 1.43-1.68 s of CPU; 124 KiB 0.85-1.16 s at 0.91-1.14 s. The decoder alone under nodelet's
+ * flags: 780-870 ms against 370-430 ms. (At 1 MiB, dead chunks also piled up to ~65 MB of RSS
+ * between collections: bench/log-follow.ts.)
  */
-export const LOG_READ = 256 * 1024;
+export const LOG_READ = 124 * 1024;
 
 /**
  * Reads [from, to) of the file forwards, LOG_READ bytes at a time, through `lines` to
