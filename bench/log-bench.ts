@@ -6,7 +6,7 @@
  * it where the runtime would; FACTS.md: every nodelet empties the log directories of pods it
  * does not run, so each run needs its own).
  */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { PodList } from 'kubernetes-types/core/v1.js';
@@ -28,8 +28,8 @@ export interface LogBench {
   stop(): Promise<void>;
 }
 
-/** Starts nodelet with one running pod whose log the benchmark writes; `config` adds KubeletConfiguration fields. */
-export async function startLogBench(prefix: string, config: Record<string, string | number> = {}): Promise<LogBench> {
+/** Starts nodelet (`main`: the built daemon) with one running pod whose log the benchmark writes; `config` adds KubeletConfiguration fields. */
+export async function startLogBench(prefix: string, config: Record<string, string | number> = {}, main = NODELET_MAIN): Promise<LogBench> {
   const cri = await startFakeRuntime();
   const dir = tempDir(prefix);
   let nodelet: NodeletProcess | undefined;
@@ -59,7 +59,7 @@ export async function startLogBench(prefix: string, config: Record<string, strin
     });
     const root = path.join(dir, 'root');
     const args = ['--config', kubeletConfig, '--root-dir', root, '--lock-file', path.join(dir, 'lock'), '--hostname-override', 'n1', '--container-log-dir', path.join(dir, 'containers')];
-    nodelet = new NodeletProcess(spawn(process.execPath, [...shebangNodeFlags(NODELET_MAIN), NODELET_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
+    nodelet = new NodeletProcess(spawn(process.execPath, [...shebangNodeFlags(main), main, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }));
     await nodelet.waitForMsg(/nodelet is ready/, 60_000);
     const pods = async () => ((await (await fetch(`http://127.0.0.1:${ports.readOnly}/pods`)).json()) as PodList).items;
     const pod = await eventually(async () => (await pods()).find((p) => p.status?.containerStatuses?.[0]?.state?.running), 30_000);
@@ -77,4 +77,27 @@ export async function startLogBench(prefix: string, config: Record<string, strin
     await stop();
     throw err;
   }
+}
+
+/**
+ * The floor of a log read over HTTPS: a Node HTTPS server under nodelet's V8 flags (those of
+ * `main`'s shebang) answering GET /<name> with that file of `dir`, piped as it is: what TLS and
+ * reading the file cost any agent before a record is parsed.
+ */
+export async function rawTlsServer(certFile: string, keyFile: string, dir: string, main = NODELET_MAIN): Promise<{ port: number; child: ChildProcess }> {
+  const port = await freePort();
+  const src = [
+    "import fs from 'node:fs'; import https from 'node:https'; import path from 'node:path';",
+    `const dir = ${JSON.stringify(dir)};`,
+    `https.createServer({ cert: fs.readFileSync(${JSON.stringify(certFile)}), key: fs.readFileSync(${JSON.stringify(keyFile)}) }, (req, res) => {`,
+    "  res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' });",
+    '  fs.createReadStream(path.join(dir, path.basename(req.url)), { highWaterMark: 64 * 1024 }).pipe(res);',
+    `}).listen(${port}, '127.0.0.1', () => console.log('listening'));`,
+  ].join('\n');
+  const child = spawn(process.execPath, [...shebangNodeFlags(main), '--input-type=module', '-e', src], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.once('data', () => resolve());
+    child.once('exit', (code) => reject(new Error(`raw TLS server exited with ${code}`)));
+  });
+  return { port, child };
 }

@@ -26,9 +26,9 @@ import https from 'node:https';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LOG_READ } from '../src/server/container-logs.js';
-import { freePort, shebangNodeFlags } from '../test/helpers/nodelet.js';
+import { shebangNodeFlags } from '../test/helpers/nodelet.js';
 import { benchArgs, cpuMs, machine, median, NODELET_MAIN } from './agent.js';
-import { startLogBench } from './log-bench.js';
+import { rawTlsServer, startLogBench } from './log-bench.js';
 import { writeSection } from './sections.js';
 
 const MB = 1e6;
@@ -94,25 +94,6 @@ function read(url: string, until?: number): Promise<{ seconds: number; bytes: nu
     });
     req.on('error', (err) => (until !== undefined && bytes >= until ? undefined : reject(err)));
   });
-}
-
-/** The floor: a Node HTTPS server under nodelet's V8 flags answering GET /<name> with that file, piped as it is. */
-async function rawTlsServer(certFile: string, keyFile: string, dir: string): Promise<{ port: number; child: ChildProcess }> {
-  const port = await freePort();
-  const src = [
-    "import fs from 'node:fs'; import https from 'node:https'; import path from 'node:path';",
-    `const dir = ${JSON.stringify(dir)};`,
-    `https.createServer({ cert: fs.readFileSync(${JSON.stringify(certFile)}), key: fs.readFileSync(${JSON.stringify(keyFile)}) }, (req, res) => {`,
-    "  res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' });",
-    '  fs.createReadStream(path.join(dir, path.basename(req.url)), { highWaterMark: 64 * 1024 }).pipe(res);',
-    `}).listen(${port}, '127.0.0.1', () => console.log('listening'));`,
-  ].join('\n');
-  const child = spawn(process.execPath, [...shebangNodeFlags(NODELET_MAIN), '--input-type=module', '-e', src], { stdio: ['ignore', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.once('data', () => resolve());
-    child.once('exit', (code) => reject(new Error(`raw TLS server exited with ${code}`)));
-  });
-  return { port, child };
 }
 
 /** The built CRI log decoder, next to this file's build (dist/bench). */

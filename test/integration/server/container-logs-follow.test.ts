@@ -21,9 +21,17 @@
  * came 0.97 to 1.04 s after the client read again where the plain reading took 0.78 to
  * 1.04 s, the old files closed a grace of two polls later; at load 12 to 17, 1.1 to 3.1 s.)
  *
+ * - over nodelet's HTTPS port (the built daemon, `/containerLogs/...?follow=true`) to curl, as
+ *   `kubectl logs -f` reads it: curl stopped (SIGSTOP) while its pod's log gets 212 MB and
+ *   `DONE` and is rotated, the live file left empty: once curl runs again, every byte up to
+ *   `DONE` within a second, or twice what the same file takes from a plain Node TLS server
+ *   (the floor: TLS and reading the file) in the same run, and exactly the records' texts.
+ *
  * Open files are read from /proc/self/fd. Output is checked line by line as it comes (the
  * sequence numbers in order, nothing lost or repeated), never kept whole.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
@@ -31,6 +39,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compressLog } from '../../../src/pods/logs/log-rotation.js';
 import { openLog, streamLogs } from '../../../src/server/container-logs.js';
+import { rawTlsServer, startLogBench, type LogBench } from '../../../bench/log-bench.js';
+import { nodeletBin } from '../../helpers/nodelet.js';
 
 let dir: string;
 beforeAll(() => {
@@ -235,4 +245,89 @@ describe('a log follower across rotations, in real time', () => {
     await following;
     expect(openFiles(logDir)).toEqual([]);
   });
+});
+
+/** Size of `file`, 0 while it does not exist. */
+function sizeOf(file: string): number {
+  try {
+    return fs.statSync(file).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** sha256 of a file, read as a stream. */
+async function fileHash(file: string): Promise<string> {
+  const h = createHash('sha256');
+  for await (const chunk of fs.createReadStream(file)) h.update(chunk as Buffer);
+  return h.digest('hex');
+}
+
+/** curl's run time for the whole of `url` (to /dev/null), ms. */
+function curlMs(url: string): Promise<number> {
+  const t0 = performance.now();
+  const c = spawn('curl', ['-sSk', '-o', '/dev/null', url], { stdio: 'ignore' });
+  return new Promise((resolve, reject) => c.once('exit', (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`curl exited with ${code}`)))));
+}
+
+describe("a log follower over nodelet's HTTPS port", () => {
+  let b: LogBench | undefined;
+  let curl: ChildProcess | undefined;
+  let raw: { port: number; child: ChildProcess } | undefined;
+  afterAll(async () => {
+    curl?.kill('SIGKILL');
+    raw?.child.kill();
+    await b?.stop();
+  });
+
+  it('curl stopped one rotation behind: every byte up to DONE of the 212 MB rotated file within a second of curl reading again', async () => {
+    b = await startLogBench('nodelet-follow-https-', {}, nodeletBin);
+    const expected = createHash('sha256');
+    const first = bulk(0, 10);
+    for (let i = 0; i < 10; i++) expected.update(`${i} ${PAD}\n`);
+    await fsp.writeFile(b.live, first);
+    const out = path.join(dir, 'https.out');
+    curl = spawn('curl', ['-sSkN', '-o', out, `${b.url}?follow=true`], { stdio: 'ignore' });
+    const firstBytes = first.length - 10 * '2026-11-23T06:01:00.000000000Z stdout F '.length;
+    await until(() => sizeOf(out) === firstBytes, 10_000);
+    expect(sizeOf(out)).toBe(firstBytes);
+    curl.kill('SIGSTOP');
+
+    // The container writes 212 MB and DONE, its log is rotated (renamed, a new empty live file).
+    const writer = await fsp.open(b.live, 'a');
+    const n = Math.ceil((ISSUE_MB * 1e6) / MiB) * RECORDS_PER_MIB;
+    let outBytes = firstBytes;
+    for (let i = 10; i < 10 + n; i += RECORDS_PER_MIB) {
+      const count = Math.min(RECORDS_PER_MIB, 10 + n - i);
+      await writer.write(bulk(i, count));
+      for (let k = i; k < i + count; k++) {
+        const line = `${k} ${PAD}\n`;
+        expected.update(line);
+        outBytes += line.length;
+      }
+    }
+    await writer.write(DONE);
+    await writer.close();
+    expected.update('DONE\n');
+    outBytes += 'DONE\n'.length;
+    const rotated = `${b.live}.20261123-060110`;
+    await fsp.rename(b.live, rotated);
+    await fsp.writeFile(b.live, '');
+
+    const t0 = performance.now();
+    curl.kill('SIGCONT');
+    await until(() => sizeOf(out) >= outBytes, 60_000);
+    const doneMs = performance.now() - t0;
+    expect(sizeOf(out)).toBe(outBytes);
+    expect(await fileHash(out)).toBe(expected.digest('hex'));
+
+    // The floor, same run: the rotated file as it is, over TLS from a plain Node server, to curl.
+    raw = await rawTlsServer(path.join(b.pki, 'kubelet.crt'), path.join(b.pki, 'kubelet.key'), path.dirname(rotated), nodeletBin);
+    const rawUrl = `https://127.0.0.1:${raw.port}/${path.basename(rotated)}`;
+    await curlMs(rawUrl);
+    const floor = Math.min(await curlMs(rawUrl), await curlMs(rawUrl));
+    const bound = Math.max(1000, 2 * floor);
+    console.log(`over HTTPS to curl: ${(outBytes / 1e6).toFixed(0)} MB of texts (${(fs.statSync(rotated).size / 1e6).toFixed(0)} MB of log) up to DONE ${doneMs.toFixed(0)} ms after curl ran again; the same file from a plain Node TLS server: ${floor.toFixed(0)} ms; bound ${bound.toFixed(0)} ms`);
+    expect(doneMs).toBeLessThan(bound);
+  }, 180_000);
 });
