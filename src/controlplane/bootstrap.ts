@@ -30,7 +30,7 @@ import { writeFileAtomic } from '../system/root-dir.js';
 import { ControlPlaneClient } from './client.js';
 import { KUBELET_CLIENT_SIGNER, createCsr, digestedName, waitForCertificate, type CertificateSigningRequest } from './csr.js';
 import { loadKubeconfig, type ClusterAccess } from './kubeconfig.js';
-import { createCsrPem } from './pkcs10.js';
+import { createCsrPem } from '../system/pkcs10.js';
 
 export const CURRENT_PEM = 'kubelet-client-current.pem';
 export const TEMP_KEY = 'kubelet-client.key.tmp';

@@ -20,7 +20,7 @@ import { CLIENT_USAGES, storeClientPair } from './bootstrap.js';
 import { ControlPlaneClient } from './client.js';
 import { KUBELET_CLIENT_SIGNER, createCsr, waitForCertificate, type CertificateSigningRequest } from './csr.js';
 import type { ClusterAccess } from './kubeconfig.js';
-import { createCsrPem } from './pkcs10.js';
+import { createCsrPem } from '../system/pkcs10.js';
 
 /** client-go's wait for a renewal's certificate. */
 export const RENEWAL_WAIT_MS = 15 * 60_000;

@@ -39,7 +39,7 @@ import { storeClientPair } from './bootstrap.js';
 import { ControlPlaneClient } from './client.js';
 import { createCsr, waitForCertificate, type CertificateSigningRequest } from './csr.js';
 import type { ClusterAccess } from './kubeconfig.js';
-import { createCsrPem, ipBytes } from './pkcs10.js';
+import { createCsrPem, ipBytes } from '../system/pkcs10.js';
 import { retryUntilDone, rotationDeadline } from './rotation.js';
 import { FILE_LIMITS, readBoundedText } from '../system/safe-file.js';
 import { NO_SERVING_CERTIFICATE, type ServingCertificateSource, type ServingPair } from '../server/serving-source.js';

@@ -20,11 +20,16 @@ import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { NodeletError, errorMessage, isNodeletError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { FILE_LIMITS, readBoundedText, readFailure } from '../system/safe-file.js';
 import { exists } from '../system/fs-util.js';
 import { writeFileAtomic } from '../system/root-dir.js';
+import { OIDS, bitString, boolean, context, integer, name, octetString, oid, sequence, time, tlv, toPem } from '../system/der.js';
+import { signDer, signatureAlgorithm, subjectAltNameExtension } from '../system/pkcs10.js';
+
+const generateEcKeyPair = (namedCurve: string) => promisify(crypto.generateKeyPair)('ec', { namedCurve });
 
 export const SELF_SIGNED_CERT_NAME = 'kubelet.crt';
 export const SELF_SIGNED_KEY_NAME = 'kubelet.key';
@@ -107,41 +112,39 @@ export async function loadOrCreateServingCert(o: ServingCertOptions): Promise<Se
   return { cert, key, certFile, keyFile, generated: true };
 }
 
-/** Generates a self-signed ECDSA P-256 serving certificate valid from `nowMs` for one year. */
+/**
+ * Generates a self-signed ECDSA P-256 serving certificate valid from `nowMs` for one year:
+ * X.509 v3, CA false (critical), key usage digitalSignature + keyEncipherment (critical),
+ * EKU serverAuth, the SANs. Built with the DER writer the CSRs use (src/system/der.ts)
+ * and signed by node:crypto: @peculiar/x509 did it before, and a node's first start then kept
+ * its modules (with reflect-metadata and tsyringe, ~8 MB of RSS) loaded for good.
+ */
 export async function generateSelfSigned(hostname: string, sans: { dns: string[]; ips: string[] }, nowMs: number): Promise<{ cert: string; key: string }> {
-  // Loaded only here: @peculiar/x509 with reflect-metadata holds ~20 MB of RSS, and only the
-  // run that generates a certificate needs it (bench/footprint.ts, bench/startup.ts).
-  await import('reflect-metadata');
-  const mod = await import('@peculiar/x509');
-  // A CommonJS package: its namespace, or (bundled) its default export.
-  const x509 = 'X509CertificateGenerator' in mod ? mod : (mod as unknown as { default: typeof mod }).default;
-  const subtle = crypto.webcrypto.subtle;
-  const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
-  const keys = (await subtle.generateKey(alg, true, ['sign', 'verify'])) as crypto.webcrypto.CryptoKeyPair;
-  const cert = await x509.X509CertificateGenerator.createSelfSigned(
-    {
-      serialNumber: crypto.randomBytes(16).toString('hex').replace(/^[89a-f]/, '1'),
-      name: `CN=${hostname}@${Math.floor(nowMs / 1000)}`,
-      // Back-dated a minute: clocks of clients drift.
-      notBefore: new Date(nowMs - 60_000),
-      notAfter: new Date(nowMs + VALIDITY_MS),
-      signingAlgorithm: alg,
-      keys,
-      extensions: [
-        new x509.BasicConstraintsExtension(false, undefined, true),
-        new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
-        new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
-        new x509.SubjectAlternativeNameExtension([
-          ...sans.dns.map((value) => ({ type: 'dns' as const, value })),
-          ...sans.ips.map((value) => ({ type: 'ip' as const, value })),
-        ]),
-      ],
-    },
-    crypto.webcrypto,
+  const { privateKey, publicKey } = await generateEcKeyPair('prime256v1');
+  const serial = crypto.randomBytes(16);
+  serial[0] = (serial[0]! & 0x7f) | 0x10; // positive, and 16 bytes long
+  const subject = name({ commonName: `${hostname}@${Math.floor(nowMs / 1000)}` });
+  const alg = signatureAlgorithm(privateKey);
+  const extensions = [
+    sequence(oid(OIDS.basicConstraints), boolean(true), octetString(sequence())),
+    // digitalSignature (bit 0) and keyEncipherment (bit 2): 0xa0, its 5 low bits unused.
+    sequence(oid(OIDS.keyUsage), boolean(true), octetString(tlv(0x03, Buffer.from([5, 0xa0])))),
+    sequence(oid(OIDS.extKeyUsage), octetString(sequence(oid(OIDS.serverAuth)))),
+    subjectAltNameExtension({ dnsNames: sans.dns, ipAddresses: sans.ips }),
+  ].filter((e): e is Buffer => e !== undefined);
+  const tbs = sequence(
+    context(0, integer(2)), // v3
+    integer(serial),
+    alg,
+    subject, // issuer: itself
+    // Back-dated a minute: clocks of clients drift.
+    sequence(time(nowMs - 60_000), time(nowMs + VALIDITY_MS)),
+    subject,
+    publicKey.export({ type: 'spki', format: 'der' }),
+    context(3, sequence(...extensions)),
   );
-  const pkcs8 = await subtle.exportKey('pkcs8', keys.privateKey);
-  const key = x509.PemConverter.encode(pkcs8, 'PRIVATE KEY');
-  return { cert: cert.toString('pem') + '\n', key: key + '\n' };
+  const der = sequence(tbs, alg, bitString(signDer(privateKey, tbs)));
+  return { cert: toPem('CERTIFICATE', der), key: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string };
 }
 
 /** Why a PEM cert/key pair cannot serve, or undefined when it can. */

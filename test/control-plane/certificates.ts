@@ -14,13 +14,13 @@
  * - the csrsigning controller: signs approved requests of the four kubernetes.io signers with
  *   the control plane's CA (`csrSigningDurationMs`, default one year, or the request's
  *   expirationSeconds when shorter), or marks them Failed when the signer refuses them.
- * Certificates are written with the DER writer of src/controlplane/der.ts and signed by
+ * Certificates are written with the DER writer of src/system/der.ts and signed by
  * node:crypto with the CA key; requests are read by the small DER reader below.
  */
 import crypto, { X509Certificate, type KeyObject } from 'node:crypto';
 import fs from 'node:fs';
-import { OIDS, bitString, boolean, context, integer, octetString, oid, sequence, time } from '../../src/controlplane/der.js';
-import { signDer } from '../../src/controlplane/pkcs10.js';
+import { OIDS, bitString, boolean, context, integer, octetString, oid, sequence, time } from '../../src/system/der.js';
+import { signDer } from '../../src/system/pkcs10.js';
 import type { Clock } from '../../src/clock.js';
 import type { SchemaNode } from './ssa/schema-types.js';
 import type { Obj, Store } from './store.js';

@@ -1380,6 +1380,10 @@ export async function startControlPlane(opts: ControlPlaneOptions = {}): Promise
       void server.handle(req, res);
     },
   );
+  // The kube-apiserver keeps an idle connection 90 s (secure_serving.go IdleTimeout, "matches
+  // http.DefaultTransport keep-alive timeout"); Node's default 5 s closed each client's
+  // connection between two Lease renewals (10 s), so every renewal paid a new TLS handshake.
+  httpsServer.keepAliveTimeout = 90_000;
   httpsServer.on('upgrade', (req, socket, head) => upgradePodSubresource(req, socket, head, server.store, (r) => server['authenticate'](r) !== undefined));
   const host = opts.host ?? '127.0.0.1';
   await new Promise<void>((resolve, reject) => {

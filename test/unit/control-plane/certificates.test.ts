@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createCsrPem } from '../../../src/controlplane/pkcs10.js';
+import { createCsrPem } from '../../../src/system/pkcs10.js';
 import { bootstrapTokenCaller, csrUpdate, kubeletClientProblem, parseCsr, prepareCsrCreate, signCertificate, startCsrControllers } from '../../control-plane/certificates.js';
 import { Store, type Obj } from '../../control-plane/store.js';
 import { settle } from '../../helpers/clock.js';

@@ -1,13 +1,13 @@
 /**
- * The PKCS#10 writer and the DER pieces under it (src/controlplane/pkcs10.ts, der.ts): the
+ * The PKCS#10 writer and the DER pieces under it (src/system/pkcs10.ts, der.ts): the
  * requests nodelet sends for its client certificate must be what openssl and the API
  * server read and verify, with the subject and key the kubelet's would carry.
  */
 import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { integer, oid, time, tlv } from '../../../src/controlplane/der.js';
-import { createCsrDer, createCsrPem } from '../../../src/controlplane/pkcs10.js';
+import { integer, oid, time, tlv } from '../../../src/system/der.js';
+import { createCsrDer, createCsrPem } from '../../../src/system/pkcs10.js';
 import { parseCsr } from '../../control-plane/certificates.js';
 
 const subject = { commonName: 'system:node:n1', organization: ['system:nodes'] };

@@ -49,6 +49,21 @@ describe('PodStatusWriter', () => {
     expect(api.patches[1]!.status).toEqual(running);
   });
 
+  it('a status computed again equal (a new object) is not written; the next changed one is', async () => {
+    const { api, statuses, w, setApiPods } = setup();
+    setApiPods([pod('u1')]);
+    statuses.set('u1', running);
+    await w.syncOnce();
+    statuses.set('u1', structuredClone(running)); // the manager's periodic sync: same content
+    await w.syncOnce();
+    await w.syncOnce();
+    expect(api.patches).toHaveLength(1);
+    statuses.set('u1', { ...structuredClone(running), conditions: [{ type: 'Ready', status: 'False' }] });
+    await w.syncOnce();
+    expect(api.patches).toHaveLength(2);
+    expect(api.patches[1]!.status.conditions).toEqual([{ type: 'Ready', status: 'False' }]);
+  });
+
   it('clears a top-level field it wrote before and no longer has', async () => {
     const { api, statuses, w, setApiPods } = setup();
     setApiPods([pod('u1')]);

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -49,6 +50,14 @@ describe('loadOrCreateServingCert', () => {
     expect(cert.verify(cert.publicKey)).toBe(true);
     expect(cert.ca).toBe(false);
     expect(cert.keyUsage).toEqual(['1.3.6.1.5.5.7.3.1']);
+    // What a TLS client reads of it: v3, critical CA:FALSE and key usage, one year from a minute back.
+    const text = spawnSync('openssl', ['x509', '-noout', '-text'], { input: first.cert, encoding: 'utf8' }).stdout;
+    expect(text).toMatch(/Version: 3 \(0x2\)/);
+    expect(text).toMatch(/Basic Constraints: critical\s+CA:FALSE/);
+    expect(text).toMatch(/Key Usage: critical\s+Digital Signature, Key Encipherment/);
+    expect(text).toMatch(/Signature Algorithm: ecdsa-with-SHA256/);
+    expect(Date.parse(cert.validTo) - Date.parse(cert.validFrom)).toBe(365 * 24 * 3600 * 1000 + 60_000);
+    expect(BigInt(`0x${cert.serialNumber}`) > 0n).toBe(true);
 
     const again = await loadOrCreateServingCert({ certDir, hostname: 'node-a', ips: ['10.1.2.3'] });
     expect(again.generated).toBe(false);

@@ -42,16 +42,25 @@ export function ipBytes(ip: string): Buffer {
   return mapped ? Buffer.from(out.subarray(12)) : out;
 }
 
-/** The request's attributes: an extensionRequest with the subjectAltName extension (Go's order: DNS names, then IPs), or none. */
-function attributes(alt: CsrAltNames | undefined): Buffer {
+/**
+ * The subjectAltName Extension (non-critical) for a request or a certificate, Go's order:
+ * DNS names, then IPs; undefined when there are none.
+ */
+export function subjectAltNameExtension(alt: CsrAltNames | undefined): Buffer | undefined {
   const names = [...(alt?.dnsNames ?? []).map((d) => tlv(0x82, Buffer.from(d, 'ascii'))), ...(alt?.ipAddresses ?? []).map((ip) => tlv(0x87, ipBytes(ip)))];
-  if (names.length === 0) return context(0, Buffer.alloc(0));
-  const san = sequence(oid(OIDS.subjectAltName), octetString(sequence(...names)));
+  if (names.length === 0) return undefined;
+  return sequence(oid(OIDS.subjectAltName), octetString(sequence(...names)));
+}
+
+/** The request's attributes: an extensionRequest with the subjectAltName extension, or none. */
+function attributes(alt: CsrAltNames | undefined): Buffer {
+  const san = subjectAltNameExtension(alt);
+  if (!san) return context(0, Buffer.alloc(0));
   return context(0, sequence(oid(OIDS.extensionRequest), setOf(sequence(san))));
 }
 
 /** The AlgorithmIdentifier and digest for a signing key (EC P-256 or RSA). */
-function signatureAlgorithm(key: KeyObject): Buffer {
+export function signatureAlgorithm(key: KeyObject): Buffer {
   if (key.asymmetricKeyType === 'ec') return sequence(oid(OIDS.ecdsaWithSha256));
   if (key.asymmetricKeyType === 'rsa') return sequence(oid(OIDS.sha256WithRsa), nullValue());
   throw new NodeletError('INVALID_ARGUMENT', `certificate request: key type ${String(key.asymmetricKeyType)} is not supported (EC or RSA)`);
