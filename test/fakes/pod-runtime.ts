@@ -51,9 +51,10 @@ export class MemRuntime implements PodRuntime {
     this.adoptedPods.push(pod.metadata!.uid!);
   }
   failSandbox: NodeletError | undefined;
-  async runSandbox(pod: Pod, attempt: number) {
+  async runSandbox(pod: Pod, attempt: number, sent?: () => void) {
     const id = `s${++this.n}`;
     this.calls.push(`runSandbox ${pod.metadata!.name} ${attempt}`);
+    sent?.();
     if (this.failSandbox) throw this.failSandbox;
     this.leftovers.add(pod.metadata!.uid!);
     const ips = this.podIP && !pod.spec?.hostNetwork ? [this.podIP] : undefined;

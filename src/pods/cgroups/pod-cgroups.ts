@@ -21,6 +21,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Pod } from 'kubernetes-types/core/v1.js';
 import type { CgroupDriver } from '../../config/types.js';
+import { together } from '../together.js';
 import { errorMessage, NodeletError } from '../../errors.js';
 import { nodeRef, type EventSink } from '../../events.js';
 import type { Logger } from '../../log.js';
@@ -301,12 +302,13 @@ export class PodCgroups implements PodCgroupsPort {
       }
       return;
     }
-    for (const mount of l.mounts) {
-      if (mount === l.unified) continue;
-      const dir = path.join(mount, rel);
-      await fs.mkdir(dir, { recursive: true });
+    // Every hierarchy at once (a v1 host has a dozen; one after the other they were most of a
+    // pod start's own time). Each waits for its own mkdir only.
+    const make = async (mount: string) => {
+      await fs.mkdir(path.join(mount, rel), { recursive: true });
       if (mount === l.controllers.get('cpuset')) await initCpuset(mount, rel);
-    }
+    };
+    await together(...l.mounts.filter((mount) => mount !== l.unified).map(make));
   }
 
   async #delegate(dir: string): Promise<void> {
@@ -344,19 +346,26 @@ async function writeControl(file: string, value: string): Promise<void> {
   }
 }
 
-/** cgroup v1 cpuset: a new cgroup has no CPUs or memory nodes until given its parent's (a process cannot join it before). */
+/**
+ * cgroup v1 cpuset: a new cgroup has no CPUs or memory nodes until given its parent's (a
+ * process cannot join it before). As libcontainer's cpusetEnsureParent: a cgroup without
+ * them takes its parent's, the parent seen to first the same way, up to the hierarchy's root.
+ * Only what is empty is looked above: a new pod's cgroup reads its own files and its parent's
+ * (made at start), and writes its own. A file that cannot be read gives nothing to inherit.
+ */
 async function initCpuset(mount: string, rel: string): Promise<void> {
-  const parts = rel.split('/').filter(Boolean);
-  for (let i = 1; i <= parts.length; i++) {
-    const dir = path.join(mount, ...parts.slice(0, i));
-    const parent = path.dirname(dir);
-    for (const f of ['cpuset.cpus', 'cpuset.mems']) {
-      const own = (await fs.readFile(path.join(dir, f), 'utf8').catch(() => 'x')).trim();
-      if (own !== '') continue;
-      const inherited = (await fs.readFile(path.join(parent, f), 'utf8').catch(() => '')).trim();
-      if (inherited) await fs.writeFile(path.join(dir, f), inherited).catch(() => undefined);
-    }
-  }
+  const leaf = path.join(mount, rel);
+  await Promise.all(['cpuset.cpus', 'cpuset.mems'].map((f) => ensureCpuset(mount, leaf, f)));
+}
+
+/** `dir`'s value of cpuset file `f`: its own, or its parent's written to it ('' when there is none to give). */
+async function ensureCpuset(mount: string, dir: string, f: string): Promise<string> {
+  const own = await fs.readFile(path.join(dir, f), 'utf8').then((t) => t.trim(), () => undefined);
+  if (own !== '') return own ?? '';
+  if (path.relative(mount, dir) === '') return '';
+  const inherited = await ensureCpuset(mount, path.dirname(dir), f);
+  if (!inherited) return '';
+  return fs.writeFile(path.join(dir, f), inherited).then(() => inherited, () => '');
 }
 
 async function hasSubdirectory(dir: string): Promise<boolean> {

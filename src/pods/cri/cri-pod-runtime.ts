@@ -31,9 +31,10 @@ import { nodeRef, podRef, type EventSink } from '../../events.js';
 import { silentLogger, type Logger } from '../../log.js';
 import type { ContainerEvent, ContainerExitEvent } from '../../runtime/containerd-event.js';
 import type { CriClient } from '../../runtime/cri-client.js';
-import type { ContainerConfig, ContainerState, DNSConfig, PodSandboxConfig } from '../../runtime/types.js';
+import type { ContainerConfig, ContainerState, DNSConfig, Image, Mount, PodSandboxConfig } from '../../runtime/types.js';
 import type { ApiObjects } from '../objects/objects.js';
 import { containerConfig, sandboxConfig } from './cri-config.js';
+import { together } from '../together.js';
 import type { EnvObjects } from './env.js';
 import { needsAllocatable, readEnvObjects } from './env-sources.js';
 import { ServiceEnvSource } from './service-env.js';
@@ -165,6 +166,9 @@ interface KnownStatus {
   st: CriContainerStatus;
   message: string;
 }
+
+/** A container start's key in CriPodRuntime's present images: pod UID, container name, image. */
+const presentKey = (pod: Pod, c: Container) => `${pod.metadata?.uid ?? ''}\0${c.name}\0${c.image ?? ''}`;
 
 type SandboxEntry = Awaited<ReturnType<CriClient['listPodSandbox']>>[number];
 type ContainerEntry = Awaited<ReturnType<CriClient['listContainers']>>[number];
@@ -510,31 +514,35 @@ export class CriPodRuntime implements PodRuntime {
     }
   }
 
-  async runSandbox(pod: Pod, attempt: number): Promise<string> {
-    let cfg: PodSandboxConfig;
-    try {
-      cfg = await this.#sandboxConfig(pod, attempt, true);
-    } catch (err) {
-      throw withReason(err, 'CreatePodSandboxError', 'cannot make the pod sandbox config');
-    }
-    // The pod's RuntimeClass to its CRI handler (runtime-class.ts), before anything is made for
-    // the sandbox, as the kubelet: a missing class refuses it, naming the class.
-    const rc = await lookupRuntimeHandler(pod, this.#o.objects);
+  /**
+   * What the kubelet does before RunPodSandbox, at once instead of one after the other (they do
+   * not depend on each other; in a row they were most of a start's own time): the pod's cgroup
+   * with its limits, which exists before the sandbox is put in it (the kubelet's EnsureExists,
+   * made before the config, as its SyncPod does); the config; the log directory; the pod's
+   * RuntimeClass to its CRI handler (runtime-class.ts: a missing class refuses the sandbox,
+   * naming the class). A failure of any is the sandbox's, the first in that order. Meanwhile
+   * what the pod is allocated is recorded (admitted; a write failure is logged, never the
+   * pod's), and written before the sandbox exists: a restart finds no sandbox without its record.
+   */
+  async runSandbox(pod: Pod, attempt: number, sent?: () => void): Promise<string> {
+    const [, cfg, , rc] = await together(
+      this.#o.cgroups?.ensurePod(pod).catch((err: unknown) => {
+        throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod cgroup');
+      }) ?? Promise.resolve(undefined),
+      this.#sandboxConfig(pod, attempt, true).catch((err: unknown) => {
+        throw withReason(err, 'CreatePodSandboxError', 'cannot make the pod sandbox config');
+      }),
+      // A name that cannot be a path fails the config first (the same check, withReason).
+      Promise.resolve().then(() => fs.mkdir(this.#logDirectory(pod), { recursive: true, mode: 0o755 })),
+      lookupRuntimeHandler(pod, this.#o.objects),
+      this.#o.allocation?.allocated.setPod(pod.metadata?.uid ?? '', podResourceInfo(pod)) ?? Promise.resolve(),
+    );
     if (rc.ignored) this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}` }, rc.ignored);
-    await fs.mkdir(cfg.logDirectory!, { recursive: true, mode: 0o755 });
-    // Admitted: what the pod is allocated is recorded before it runs (a write failure is logged, never the pod's).
-    await this.#o.allocation?.allocated.setPod(pod.metadata?.uid ?? '', podResourceInfo(pod));
-    try {
-      // The pod's cgroup with its limits exists before the sandbox is put in it (the kubelet's EnsureExists).
-      await this.#o.cgroups?.ensurePod(pod);
-    } catch (err) {
-      throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod cgroup');
-    }
-    try {
-      return await this.#o.cri.runPodSandbox(cfg, rc.handler);
-    } catch (err) {
+    const made = this.#o.cri.runPodSandbox(cfg, rc.handler);
+    sent?.();
+    return made.catch((err: unknown) => {
       throw withReason(err, 'CreatePodSandboxError', 'cannot create the pod sandbox');
-    }
+    });
   }
 
   async stopSandbox(id: string): Promise<void> {
@@ -547,7 +555,7 @@ export class CriPodRuntime implements PodRuntime {
 
   async ensureImage(pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean> {
     // Pull policy, pull secrets as CRI AuthConfig, and who may use a present image: image-puller.ts.
-    return ensurePodImage(
+    const ensured = await ensurePodImage(
       {
         cri: this.#o.cri,
         ...(this.#o.imageRecords ? { records: this.#o.imageRecords } : {}),
@@ -560,6 +568,26 @@ export class CriPodRuntime implements PodRuntime {
       c,
       gate,
     );
+    const key = presentKey(pod, c);
+    if (ensured.present) this.#present.set(key, ensured.present);
+    else this.#present.delete(key);
+    return ensured.pulled;
+  }
+
+  /**
+   * The status of a present image ensureImage used as it is, by pod UID, container and image,
+   * until the container's creation reads its user from it (taken once): ImageStatus is asked
+   * once per start, as the kubelet's EnsureImageExists asks. An entry whose start went no
+   * further is replaced by the container's next ensureImage, or goes with the pod (cleanupPod).
+   */
+  readonly #present = new Map<string, Image>();
+
+  /** The image's status for the container being created: the one ensureImage just found, else asked now (after a pull). */
+  async #imageForStart(pod: Pod, c: Container): Promise<Image | undefined> {
+    const key = presentKey(pod, c);
+    const found = this.#present.get(key);
+    this.#present.delete(key);
+    return found ?? (await this.#o.cri.imageStatus(c.image!));
   }
 
   /** The Service variables' lists (service-env.ts), made on first use; none on a standalone node. */
@@ -569,12 +597,21 @@ export class CriPodRuntime implements PodRuntime {
     const { pod, container } = s;
     // The name becomes a path element (the log directory, subPath binds): an API pod's is checked here.
     if (!isDnsLabel(container.name)) throw new NodeletError('INVALID_ARGUMENT', `container name ${JSON.stringify(container.name)} is not a valid DNS-1123 label`, { reason: 'CreateContainerConfigError' });
-    const config = await this.#containerConfig(s);
+    // The sandbox's config (CreateContainer takes it again) and the instance's termination-log
+    // file are made while the container's config is; a start refused on a config removes the file.
+    const messageFile = this.#terminationLogFile(pod, container);
+    let config: ContainerConfig;
     let sandboxCfg: PodSandboxConfig;
     try {
-      sandboxCfg = await this.#sandboxConfig(pod, s.sandboxAttempt);
+      [config, sandboxCfg] = await together(
+        this.#containerConfig(s, messageFile),
+        this.#sandboxConfig(pod, s.sandboxAttempt).catch((err: unknown) => {
+          throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: the pod sandbox config`);
+        }),
+      );
     } catch (err) {
-      throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: the pod sandbox config`);
+      await messageFile.then((m) => m && fs.rm(m.hostPath, { force: true })).catch(() => undefined);
+      throw err;
     }
     await fs.mkdir(path.join(sandboxCfg.logDirectory!, container.name), { recursive: true, mode: 0o755 });
     let id: string;
@@ -601,13 +638,13 @@ export class CriPodRuntime implements PodRuntime {
    * unless runAsUser says otherwise, and what runAsNonRoot is checked against, as the
    * kubelet), env with what it reads from the API, volumes, /etc/hosts, the termination log.
    */
-  async #containerConfig(s: StartSpec): Promise<ContainerConfig> {
+  async #containerConfig(s: StartSpec, messageFile: Promise<Mount | undefined>): Promise<ContainerConfig> {
     const { pod, container } = s;
     const seccomp = resolveSeccomp(pod, container, { rootDir: this.#o.rootDir, seccompDefault: this.#o.seccompDefault });
     if (seccomp.profileType === 'Localhost') await checkLocalhostProfile(seccomp.localhostRef!, container.name, seccompDir(this.#o.rootDir));
     let user: ImageUser;
     try {
-      user = imageUser(await this.#o.cri.imageStatus(container.image!));
+      user = imageUser(await this.#imageForStart(pod, container));
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `cannot read the user of image "${container.image}"`);
     }
@@ -645,10 +682,12 @@ export class CriPodRuntime implements PodRuntime {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}`);
     }
     await this.#addMounts(pod, container, config, podIPs);
+    const message = await messageFile;
+    if (message) (config.mounts ??= []).push(message);
     return config;
   }
 
-  /** The container's volume mounts (subPath binds redone at every creation from the volume as it is now), /etc/hosts and the termination-log file. */
+  /** The container's volume mounts (subPath binds redone at every creation from the volume as it is now) and /etc/hosts. */
   async #addMounts(pod: Pod, container: Container, config: ContainerConfig, podIPs: string[]): Promise<void> {
     try {
       const env = new Map((config.envs ?? []).map((e) => [e.key, e.value] as const));
@@ -659,13 +698,21 @@ export class CriPodRuntime implements PodRuntime {
     } catch (err) {
       throw withReason(err, 'CreateContainerConfigError', `container ${container.name}: volumes`);
     }
-    // The termination-log file, new for each instance, as the kubelet's (which, too, runs the container without it when it cannot be made).
+  }
+
+  /**
+   * The mount of the container's termination-log file, new for each instance, as the
+   * kubelet's (which, too, runs the container without it when it cannot be made: logged, and
+   * undefined). Never rejects.
+   */
+  async #terminationLogFile(pod: Pod, container: Container): Promise<Mount | undefined> {
     const messagePath = container.terminationMessagePath ?? DEFAULT_TERMINATION_MESSAGE_PATH;
-    if (messagePath === '') return;
+    if (messagePath === '') return undefined;
     try {
-      config.mounts.push({ containerPath: messagePath, hostPath: await createTerminationLogFile(this.#o.rootDir, pod.metadata?.uid ?? '', container.name), readonly: false });
+      return { containerPath: messagePath, hostPath: await createTerminationLogFile(this.#o.rootDir, pod.metadata?.uid ?? '', container.name), readonly: false };
     } catch (err) {
       this.#log.warn({ pod: `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name}`, container: container.name, err: errorMessage(err) }, `cannot create the termination-log file of container ${container.name}: ${errorMessage(err)}`);
+      return undefined;
     }
   }
 
@@ -693,6 +740,7 @@ export class CriPodRuntime implements PodRuntime {
    */
   async cleanupPod(uid: string): Promise<void> {
     this.#apiVolumes.forget(uid);
+    for (const key of this.#present.keys()) if (key.startsWith(`${uid}\0`)) this.#present.delete(key);
     const results = await Promise.allSettled([
       removePodDir(this.#o.rootDir, uid, this.#o.mounter),
       removePodLogDirs(this.#o.podLogsDir, uid, this.#o.mounter),

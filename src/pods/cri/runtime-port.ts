@@ -36,8 +36,12 @@ export interface PodRuntime {
    * Optional; best effort (never fails the sync).
    */
   adopted?(pod: Pod, observed: ObservedPod): Promise<void>;
-  /** Creates and starts a sandbox; returns its ID. */
-  runSandbox(pod: Pod, attempt: number): Promise<string>;
+  /**
+   * Creates and starts a sandbox; returns its ID. `sent`, when given, is called once the
+   * runtime was asked (the node-side work before it done): what waits for the sandbox may
+   * prepare meanwhile.
+   */
+  runSandbox(pod: Pod, attempt: number, sent?: () => void): Promise<string>;
   /** A ready sandbox's own IPs ([] on the host network or when gone): where hooks and probes connect. Optional. */
   sandboxIPs?(id: string): Promise<string[]>;
   stopSandbox(id: string): Promise<void>;

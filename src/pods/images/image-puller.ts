@@ -82,11 +82,18 @@ function isStaticPod(pod: Pod): boolean {
   return typeof source === 'string' && source !== 'api';
 }
 
+/** What ensurePodImage did: pulled, or found the image present (with its ImageStatus answer, which holds the image's user). */
+export interface EnsuredImage {
+  pulled: boolean;
+  /** The status of the present image used as it is; unset after a pull. */
+  present?: Image;
+}
+
 /**
- * Makes `c.image` present for `pod`; true when it pulled. `gate` serializes or bounds the
- * pulls (serializeImagePulls, maxParallelImagePulls). Throws NodeletError with a waiting reason.
+ * Makes `c.image` present for `pod`. `gate` serializes or bounds the pulls
+ * (serializeImagePulls, maxParallelImagePulls). Throws NodeletError with a waiting reason.
  */
-export async function ensurePodImage(deps: ImagePullerDeps, pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<boolean> {
+export async function ensurePodImage(deps: ImagePullerDeps, pod: Pod, c: Container, gate: <T>(pull: () => Promise<T>) => Promise<T>): Promise<EnsuredImage> {
   const image = c.image!;
   const policy = c.imagePullPolicy ?? 'IfNotPresent';
   const names = pullSecretNames(pod);
@@ -111,7 +118,7 @@ export async function ensurePodImage(deps: ImagePullerDeps, pod: Pod, c: Contain
       throw reasoned(err, 'ErrImagePull', `cannot check image "${image}"`);
     }
     if (present) {
-      if (!(await mustPullPresent(deps, image, present.id, repository, credentials))) return false;
+      if (!(await mustPullPresent(deps, image, present.id, repository, credentials))) return { pulled: false, present };
       deps.log.info({ image, pod: pod.metadata?.name }, 'image present, but the pod has not proven it may use it: it must be pulled with the pod\'s credentials');
     }
     if (policy === 'Never') throw notPresent();
@@ -143,7 +150,7 @@ export async function ensurePodImage(deps: ImagePullerDeps, pod: Pod, c: Contain
     if (started) await records?.failed(image);
     throw reasoned(err, 'ErrImagePull', `failed to pull image "${image}"`);
   }
-  return true;
+  return { pulled: true };
 }
 
 /** The pod's pull-secret credentials matching `repository`, in the keyring's order. */

@@ -15,14 +15,14 @@ import type { HealthCheck } from '../../health/checks.js';
 import { nodeRef, noEvents, podRef, type EventSink } from '../../events.js';
 import type { Logger } from '../../log.js';
 import { Loop } from '../../loop.js';
-import type { ObservedPod } from './observed.js';
+import { notInRuntime, type ObservedPod } from './observed.js';
 import { admitPod, rejectedStatus, type Eviction, type PodAdmitHandler } from './admission.js';
 import { podKey } from '../sources/lookup.js';
 import { computePodActions, type BackoffPolicy, type Waiting } from './plan.js';
 import type { PodRuntime } from '../cri/runtime-port.js';
 import { ProbeManager } from '../probes/probes.js';
 import { computePodStatus, statusPodIP, sameJson } from '../status/status.js';
-import { addProbeKills, collectGarbage, ensureSandbox, activeDeadlineAt, DEADLINE_EXCEEDED, holdFinished, holdPastDeadline, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
+import { addProbeKills, checkImageEarly, collectGarbage, ensureSandbox, type EarlyImage, activeDeadlineAt, DEADLINE_EXCEEDED, holdFinished, holdPastDeadline, killContainers, killPod, removePod, reportBackOffs, startContainers, type StepContext } from './sync-steps.js';
 import { nextBackoff, PodWorker, type Backoff } from './worker.js';
 import { countingPodRuntime, noPodMetrics, type PodManagerMetrics } from './metrics-hooks.js';
 
@@ -147,6 +147,8 @@ export class PodManager {
   readonly #syncedSeq = new WeakMap<PodWorker, number>();
   /** Pods the eviction manager ended (evict), by UID: Failed for good, as a pod past its deadline. */
   readonly #evictions = new Map<string, Eviction>();
+  /** The UIDs the last successful listing found in the runtime; undefined until one succeeded. */
+  #listedUids: ReadonlySet<string> | undefined;
 
   constructor(o: PodManagerOptions) {
     this.#o = { clock: realClock, relistMs: 1000, syncFrequencyMs: 60_000, serializeImagePulls: true, defaultGracePeriodSeconds: 30, events: noEvents, metrics: noPodMetrics, onStatusChange: () => {}, ...o };
@@ -301,7 +303,11 @@ export class PodManager {
     return this.#o.logger;
   }
 
-  /** The full desired set from the sources. Wakes the workers of new and removed pods. */
+  /**
+   * The full desired set from the sources. A new pod the runtime cannot hold anything of
+   * syncs at once (#startUnlisted); any other change (a pod changed, removed, wanted again
+   * while it stops, or new but maybe in the runtime) asks for a relist, which wakes its worker.
+   */
   setDesired(pods: Pod[]): void {
     const next = new Map<string, Pod>();
     for (const p of pods) {
@@ -311,23 +317,46 @@ export class PodManager {
     }
     this.#desired = next;
     const added: Pod[] = [];
+    let relist = false;
     for (const [uid, pod] of next) {
       const w = this.#workers.get(uid);
       if (w && !w.terminating) {
-        if (w.pod !== pod) w.needsSync = true;
+        if (w.pod !== pod) {
+          w.needsSync = true;
+          relist = true;
+        }
         w.pod = pod;
       } else if (!w && !deleting(pod)) {
         added.push(pod);
+      } else {
+        relist = true;
       }
     }
+    for (const [uid, w] of this.#workers) if (!w.terminating && !next.has(uid)) relist = true;
     // New pods are admitted oldest first, as the kubelet's HandlePodAdditions: when they do
     // not all fit, the ones created first run.
     added.sort((a, b) => creationOrder(a) - creationOrder(b));
     for (const pod of added) {
       this.#log.info({ pod: podKey(pod), uid: pod.metadata!.uid }, 'pod added');
-      this.#newWorker(pod);
+      if (!this.#startUnlisted(this.#newWorker(pod))) relist = true;
     }
-    this.#kick();
+    // Only new pods, each started at once: nothing for a relist to do.
+    if (relist || added.length === 0) this.#kick();
+  }
+
+  /**
+   * A new pod's first sync at once, without a relist, when the runtime cannot hold anything
+   * of it: the last listing found nothing for its UID and no removal of it failed since. The
+   * runtime gains a pod's sandboxes only through its worker, and a worker is forgotten only
+   * once its pod is out of the runtime (or with a failed removal, kept in #removals), so that
+   * absence still holds. False (the relist's listing decides) before the first listing, as
+   * after a restart, where the pod may be there to adopt.
+   */
+  #startUnlisted(w: PodWorker): boolean {
+    const uid = w.pod.metadata!.uid!;
+    if (!this.#listedUids || this.#listedUids.has(uid) || this.#removals.has(uid)) return false;
+    void w.request(() => this.#sync(w, notInRuntime(uid))).catch((err) => this.#log.error({ err: errorMessage(err) }, 'pod worker failed'));
+    return true;
   }
 
   /**
@@ -526,6 +555,7 @@ export class PodManager {
     try {
       const all = await this.#o.runtime.listPods();
       this.#listedSeq = listSeq;
+      this.#listedUids = new Set(all.map((o) => o.uid));
       this.#o.metrics.relisted(all);
       if (this.#lastError) this.#log.info('runtime answers again; pod sync resumed');
       this.#lastError = '';
@@ -549,7 +579,8 @@ export class PodManager {
   #syncListed(w: PodWorker, obs: ObservedPod | undefined, listSeq: number): Promise<void> {
     const since = (this.#syncedSeq.get(w) ?? 0) > listSeq;
     if (since && !w.needsSync && this.#unchanged(w, obs)) return Promise.resolve();
-    return this.#sync(w, since ? undefined : obs);
+    // Not listed and no sync since: the runtime has nothing of the pod (no second look).
+    return this.#sync(w, since ? undefined : (obs ?? notInRuntime(w.pod.metadata!.uid!)));
   }
 
   /**
@@ -653,9 +684,10 @@ export class PodManager {
       // pace, not after its restart (a CreateContainer and StartContainer later).
       if (!idle && operation === 'sync') await this.#refreshStatus(ctx, w, observed.sandboxes.find((s) => s.ready)?.id, waiting, observed);
       if (plan.killPod) for (const f of await killPod(ctx, w.pod, observed, ctx.gracePeriodSeconds)) ctx.log.warn(f);
-      const sandbox = await ensureSandbox(ctx, w, plan, observed, now);
+      let early: EarlyImage | undefined;
+      const sandbox = await ensureSandbox(ctx, w, plan, observed, now, () => (early = checkImageEarly(ctx, w, plan, now)));
       await killContainers(ctx, w.pod, plan.kill);
-      await startContainers(ctx, w, plan.start, sandbox, waiting, now);
+      await startContainers(ctx, w, plan.start, sandbox, waiting, now, early);
       await ctx.runtime.refreshVolumes?.(w.pod);
       await collectGarbage(ctx, plan);
       // Nothing done: what was observed is still what runs (no second look at the runtime).

@@ -37,9 +37,9 @@ export const noPodMetrics: PodManagerMetrics = {
  */
 export function countingPodRuntime(rt: PodRuntime, m: PodManagerMetrics): PodRuntime {
   if (m === noPodMetrics) return rt;
-  const runSandbox: PodRuntime['runSandbox'] = async (pod, attempt) => {
+  const runSandbox: PodRuntime['runSandbox'] = async (pod, attempt, sent) => {
     try {
-      const id = await rt.runSandbox(pod, attempt);
+      const id = await rt.runSandbox(pod, attempt, sent);
       m.podStarted(true);
       return id;
     } catch (err) {

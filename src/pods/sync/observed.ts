@@ -82,3 +82,12 @@ export function containersByName(p: ObservedPod): ReadonlyMap<string, readonly O
   for (const list of m.values()) if (list.length > 1) list.sort(newestFirst);
   return m;
 }
+
+/**
+ * What the runtime holds of a pod it has nothing of, as `observePod` answers it then (no
+ * labels to read a name from: name '', namespace `default`). The pod manager syncs a pod on
+ * this when its relist's listing found nothing for the UID, instead of asking again.
+ */
+export function notInRuntime(uid: string): ObservedPod {
+  return { uid, name: '', namespace: 'default', sandboxes: [], containers: [] };
+}

@@ -198,18 +198,19 @@ export async function killPod(ctx: StepContext, pod: Pod, observed: ObservedPod,
 }
 
 /**
- * The sandbox the containers go into: the ready one, or a new one when the plan asks. A
+ * The sandbox the containers go into: the ready one, or a new one when the plan asks (`sent`:
+ * called once the runtime was asked for it, see runSandbox). A
  * sandbox the runtime refuses (no CNI for a pod network, a missing pause image) is retried
  * with the step backoff, not hammered on every relist: until it ends this throws quietly.
  */
-export async function ensureSandbox(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod, now: number): Promise<SandboxInfo> {
+export async function ensureSandbox(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod, now: number, sent?: () => void): Promise<SandboxInfo> {
   const ready = observed.sandboxes.find((s) => s.ready);
   if (!plan.createSandbox) return { id: ready?.id, attempt: ready?.attempt ?? 0, ...(ready?.ips ? { ips: ready.ips } : {}) };
   const prev = w.sandboxBackoff;
   if (prev && now < prev.until) throw new NodeletError('UNAVAILABLE', prev.message, { reason: prev.reason, quiet: true });
   ctx.log.info({ attempt: plan.createSandbox.attempt }, 'creating pod sandbox');
   try {
-    const id = await ctx.runtime.runSandbox(w.pod, plan.createSandbox.attempt);
+    const id = await ctx.runtime.runSandbox(w.pod, plan.createSandbox.attempt, sent);
     w.sandboxBackoff = undefined;
     const ips = w.pod.spec?.hostNetwork ? [] : ((await ctx.runtime.sandboxIPs?.(id).catch(() => [])) ?? []);
     return { id, attempt: plan.createSandbox.attempt, ...(ips.length ? { ips } : {}) };
@@ -218,6 +219,32 @@ export async function ensureSandbox(ctx: StepContext, w: PodWorker, plan: PodAct
     ctx.events.emit(podRef(w.pod), 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${errorMessage(err)}`);
     throw err;
   }
+}
+
+/** What a start learned of its container's image while the pod's sandbox was made (checkImageEarly). */
+export interface EarlyImage {
+  /** The container. */
+  name: string;
+  /** false: the image is present and may be used as it is; undefined: the start sees to it itself (a pull, a refusal). */
+  present: Promise<false | undefined>;
+}
+
+/**
+ * The first container's image checked while a new sandbox is made (called once the runtime
+ * was asked for it: the runtime's ~100 ms of work, where nodelet only waits; before, the check
+ * would compete with the sandbox's own preparation): a present image is known when the
+ * sandbox is there, as the start would have found it right after. Only a check: a pull still waits for the sandbox, as the kubelet's (this gate refuses
+ * it; the start then pulls), and only for a policy other than Always and a pod without pull
+ * secrets (their lookup warns and sends events, once per start). Never rejects.
+ */
+export function checkImageEarly(ctx: StepContext, w: PodWorker, plan: PodActions, now: number): EarlyImage | undefined {
+  const s = plan.start[0];
+  if (!plan.createSandbox || !s || s.ephemeral) return undefined;
+  const backoff = w.startBackoff.get(s.name);
+  const spec = new PodSpecs(w.pod).spec(s.name);
+  if ((backoff && now < backoff.until) || !spec || spec.imagePullPolicy === 'Always' || (w.pod.spec?.imagePullSecrets?.length ?? 0) > 0) return undefined;
+  const noPull = () => Promise.reject(new Error('a pull waits for the sandbox'));
+  return { name: s.name, present: ctx.runtime.ensureImage(w.pod, spec, noPull).then((pulled) => (pulled ? undefined : false), () => undefined) };
 }
 
 /** Stops the containers the plan kills (spec changed, not in the spec, a failed probe). */
@@ -235,10 +262,11 @@ export async function killContainers(ctx: StepContext, pod: Pod, kills: PodActio
  * for it; a failure kills the container, which then restarts per restartPolicy). Throws
  * with the waiting reason in `details.reason`.
  */
-async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartContainer, sandbox: SandboxInfo): Promise<void> {
+async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartContainer, sandbox: SandboxInfo, early: EarlyImage | undefined): Promise<void> {
   const ref = podRef(pod, { name: s.name, init: s.init, ...(s.ephemeral ? { ephemeral: true } : {}) });
+  const known = early?.name === s.name ? await early.present : undefined;
   const pullStart = ctx.clock.now();
-  const pulled = await ctx.runtime.ensureImage(pod, spec, ctx.pullGate);
+  const pulled = known ?? (await ctx.runtime.ensureImage(pod, spec, ctx.pullGate));
   ctx.events.emit(
     ref,
     'Normal',
@@ -267,12 +295,13 @@ async function startOne(ctx: StepContext, pod: Pod, spec: Container, s: StartCon
 }
 
 /**
- * Starts what the plan starts, in order (an init container alone). A container whose last
+ * Starts what the plan starts, in order (an init container alone); `early`: what
+ * checkImageEarly found of the first one's image. A container whose last
  * start failed waits for its backoff and shows the failure's reason meanwhile; a new
  * failure is recorded with the next backoff, warned once per message, and sent as a
  * Failed event. Fills `waiting` with what did not start.
  */
-export async function startContainers(ctx: StepContext, w: PodWorker, starts: StartContainer[], sandbox: SandboxInfo, waiting: Record<string, Waiting>, now: number): Promise<void> {
+export async function startContainers(ctx: StepContext, w: PodWorker, starts: StartContainer[], sandbox: SandboxInfo, waiting: Record<string, Waiting>, now: number, early?: EarlyImage): Promise<void> {
   const pod = w.pod;
   const specs = new PodSpecs(pod);
   for (const s of starts) {
@@ -283,7 +312,7 @@ export async function startContainers(ctx: StepContext, w: PodWorker, starts: St
       continue;
     }
     try {
-      await startOne(ctx, pod, spec, s, sandbox);
+      await startOne(ctx, pod, spec, s, sandbox, early);
       w.startBackoff.delete(s.name);
     } catch (err) {
       const reason = (err instanceof NodeletError && typeof err.details.reason === 'string' && err.details.reason) || 'CreateContainerError';

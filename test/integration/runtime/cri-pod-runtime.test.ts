@@ -2,7 +2,9 @@
  * CriPodRuntime, the pod manager's runtime port, over the CRI client against the test CRI
  * server: what a relist costs in CRI calls, and that what it observes stays right.
  */
-import type { Pod } from 'kubernetes-types/core/v1.js';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Container, Pod } from 'kubernetes-types/core/v1.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CriPodRuntime } from '../../../src/pods/cri/cri-pod-runtime.js';
 import type { FakeRuntime } from '../../cri/fake-runtime.js';
@@ -94,5 +96,45 @@ describe('CriPodRuntime relist short-cut', () => {
     await rt.stopSandbox(sandboxId);
     const o5 = await relisted();
     expect(o5.sandboxes.map((s) => s.ready)).toEqual([false]);
+  });
+});
+
+describe('CriPodRuntime container start', () => {
+  const run = <T>(f: () => Promise<T>) => f();
+  const image = 'docker.io/local/busybox:latest';
+  const withUid = (uid: string, container: Container): Pod => ({ metadata: { name: uid, namespace: 'default', uid }, spec: { hostNetwork: true, containers: [container] } });
+  const messageFiles = (uid: string, name: string) => {
+    const dir = path.join(bench!.dir, 'pods', uid, 'containers', name);
+    return fs.existsSync(dir) ? fs.readdirSync(dir) : [];
+  };
+
+  it('asks ImageStatus once for a present image: the status ensureImage found gives the image user for the config', async () => {
+    const p = withUid('u-once', { name: 'app', image, imagePullPolicy: 'IfNotPresent', command: ['sleep', '3600'] });
+    const sandboxId = await rt.runSandbox(p, 0);
+    const before = cri.callsOf('ImageStatus').length;
+    expect(await rt.ensureImage(p, p.spec!.containers[0]!, run)).toBe(false);
+    const id = await rt.startContainer({ pod: p, container: p.spec!.containers[0]!, sandboxId, sandboxAttempt: 0, restartCount: 0, init: false });
+    expect(cri.callsOf('ImageStatus').length - before).toBe(1);
+    // The next start (a restart) asks again: an answer is used once.
+    expect(await rt.ensureImage(p, p.spec!.containers[0]!, run)).toBe(false);
+    await rt.startContainer({ pod: p, container: p.spec!.containers[0]!, sandboxId, sandboxAttempt: 0, restartCount: 1, init: false });
+    expect(cri.callsOf('ImageStatus').length - before).toBe(2);
+    // Without ensureImage first (an image pulled by other means), it is asked at creation.
+    await rt.startContainer({ pod: p, container: p.spec!.containers[0]!, sandboxId, sandboxAttempt: 0, restartCount: 2, init: false });
+    expect(cri.callsOf('ImageStatus').length - before).toBe(3);
+    expect(id).toMatch(/\w/);
+  });
+
+  it('a start refused on its config (runAsNonRoot, root image) leaves no termination-log file; a started one has its own', async () => {
+    const refused = withUid('u-nonroot', { name: 'app', image, command: ['sleep', '3600'], securityContext: { runAsNonRoot: true } });
+    const sandboxId = await rt.runSandbox(refused, 0);
+    await expect(rt.startContainer({ pod: refused, container: refused.spec!.containers[0]!, sandboxId, sandboxAttempt: 0, restartCount: 0, init: false })).rejects.toMatchObject({ details: { reason: 'CreateContainerConfigError' } });
+    expect(messageFiles('u-nonroot', 'app')).toEqual([]);
+    const started = withUid('u-message', { name: 'app', image, command: ['sleep', '3600'] });
+    const sb = await rt.runSandbox(started, 0);
+    await rt.startContainer({ pod: started, container: started.spec!.containers[0]!, sandboxId: sb, sandboxAttempt: 0, restartCount: 0, init: false });
+    const [file] = messageFiles('u-message', 'app');
+    const create = cri.callsOf('CreateContainer').at(-1)!.request as { config: { mounts: { container_path?: string; containerPath?: string; host_path?: string; hostPath?: string }[] } };
+    expect(create.config.mounts.map((m) => [m.containerPath ?? m.container_path, path.basename(m.hostPath ?? m.host_path ?? '')])).toEqual([['/dev/termination-log', file]]);
   });
 });

@@ -441,6 +441,133 @@ describe('PodManager: a burst of desired-set changes', () => {
   });
 });
 
+describe('PodManager: a new pod\'s first sync (what it asks the runtime before its sandbox)', () => {
+  /** A runtime whose looks (listPods, observePod) are recorded in `calls` with the other calls, in order. */
+  function lookingRuntime(clock: ManualClock) {
+    const rt = new MemRuntime(clock);
+    const list = rt.listPods.bind(rt);
+    const observe = rt.observePod.bind(rt);
+    let hide: string | undefined;
+    rt.listPods = async () => {
+      rt.calls.push('listPods');
+      return (await list()).filter((p) => p.uid !== hide);
+    };
+    rt.observePod = async (uid) => {
+      rt.calls.push(`observePod ${uid}`);
+      return observe(uid);
+    };
+    return { rt, hideFromListing: (uid: string | undefined) => void (hide = uid) };
+  }
+  /** Until the work set going has settled (macrotasks only, no timers). */
+  const settle = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+  };
+
+  it('once the runtime was listed, a pod it did not hold starts at once: no listing and no look before its sandbox', async () => {
+    const clock = new ManualClock();
+    const { rt } = lookingRuntime(clock);
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m.setSourcesReady();
+    await m.syncOnce();
+    rt.calls = [];
+    const u1 = mkPod('u1');
+    m.setDesired([u1]);
+    await settle();
+    // The look after is the sync's own status (what it started), as before.
+    expect(rt.calls).toEqual(['runSandbox web-u1 0', 'startContainer app 0', 'observePod u1']);
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+    // A pod added beside one that runs (the same object: unchanged) starts the same way.
+    rt.calls = [];
+    m.setDesired([u1, mkPod('u2')]);
+    await settle();
+    expect(rt.calls).toEqual(['runSandbox web-u2 0', 'startContainer app 0', 'observePod u2']);
+  });
+
+  it('before any listing (a restart), a new pod waits for the relist\'s listing, and is synced on it without a second look', async () => {
+    const clock = new ManualClock();
+    const { rt } = lookingRuntime(clock);
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m.setDesired([mkPod('u1')]);
+    await settle();
+    expect(rt.calls).toEqual(['listPods', 'runSandbox web-u1 0', 'startContainer app 0', 'observePod u1']);
+  });
+
+  it('a pod the last listing found is adopted after a restart, not started again', async () => {
+    const { clock, rt, m: first } = setup();
+    first.setDesired([mkPod('u1')]);
+    await first.syncOnce();
+    rt.calls = [];
+    // The restarted agent lists before its sources speak (no sourcesReady: nothing is removed).
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    await m.syncOnce();
+    m.setDesired([mkPod('u1')]);
+    await settle();
+    await m.syncOnce();
+    expect(rt.calls).toEqual([]);
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+  });
+
+  it("a new sandbox's first container has its image checked while the runtime makes the sandbox; a pull still waits for the sandbox", async () => {
+    const clock = new ManualClock();
+    const rt = new MemRuntime(clock);
+    const ensure = rt.ensureImage.bind(rt);
+    const run = rt.runSandbox.bind(rt);
+    rt.ensureImage = async (pod, c, gate) => {
+      rt.calls.push(`ensureImage ${c.image}`);
+      return ensure(pod, c, gate);
+    };
+    rt.runSandbox = async (pod, attempt, sent) => {
+      const id = await run(pod, attempt, sent);
+      rt.calls.push(`sandbox of ${pod.metadata!.name} made`);
+      return id;
+    };
+    // With metrics, as the daemon runs it (the counting runtime in between).
+    const metrics = { relisted: () => {}, podWorkerDuration: () => {}, podStartDuration: () => {}, podStarted: () => {}, containerStarted: () => {} };
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock, metrics });
+    m.setSourcesReady();
+    await m.syncOnce();
+    m.setDesired([mkPod('u1')]);
+    await settle();
+    // Present: asked once, once the runtime was asked for the sandbox (before it is there); the start uses the answer.
+    expect(rt.calls).toEqual(['runSandbox web-u1 0', 'ensureImage busybox', 'sandbox of web-u1 made', 'startContainer app 0']);
+    rt.calls = [];
+    const big: Pod = { ...mkPod('u2'), spec: { ...mkPod('u2').spec!, containers: [{ name: 'app', image: 'big:1', imagePullPolicy: 'IfNotPresent' }] } };
+    m.setDesired([...m.listPods().map(({ status: _s, ...p }) => p).filter((p) => p.metadata!.uid === 'u1'), big]);
+    await settle();
+    // Absent: the early check does not pull; the start pulls once the sandbox is made.
+    expect(rt.calls).toEqual(['runSandbox web-u2 0', 'ensureImage big:1', 'sandbox of web-u2 made', 'ensureImage big:1']);
+    expect(rt.pulls.map((p) => p.image)).toEqual(['big:1']);
+    rt.pulls[0]!.release();
+    await settle();
+    expect(m.getPod('default', 'web-u2')!.status!.phase).toBe('Running');
+  });
+
+  it('a pod wanted again after its removal failed is synced on a fresh listing (it is still in the runtime), even when the last listing missed it', async () => {
+    const clock = new ManualClock();
+    const { rt, hideFromListing } = lookingRuntime(clock);
+    const m = new PodManager({ runtime: rt, logger: silentLogger(), clock });
+    m.setSourcesReady();
+    await m.syncOnce();
+    m.setDesired([mkPod('u1')]);
+    await settle();
+    // Its removal fails, on a listing that did not show it yet (taken while its first sync ran).
+    rt.failStopSandbox = new NodeletError('UNAVAILABLE', 'device busy');
+    hideFromListing('u1');
+    m.setDesired([]);
+    await settle();
+    expect(m.active('u1')).toBe(true);
+    rt.failStopSandbox = undefined;
+    hideFromListing(undefined);
+    rt.calls = [];
+    m.setDesired([mkPod('u1')]);
+    await settle();
+    // Listed: its sandbox is still there (its stopped container restarts in it), no second one.
+    expect(rt.calls.filter((c) => !c.startsWith('observePod'))).toEqual(['listPods', 'startContainer app 1']);
+    expect(m.listPods()[0]!.status!.phase).toBe('Running');
+    expect(rt.sandboxes.size).toBe(1);
+  });
+});
+
 describe('PodManager: a removal the runtime keeps failing', () => {
   /** Log records at warn and above, as nodelet writes them. */
   function recordingLogger() {

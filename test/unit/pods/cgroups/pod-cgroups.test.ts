@@ -161,3 +161,48 @@ describe('readCgroupLayout', () => {
     expect(await readCgroupLayout(unified)).toEqual({ version: 2, controllers: new Map(), unified: '/sys/fs/cgroup', mounts: ['/sys/fs/cgroup'] });
   });
 });
+
+describe('PodCgroups on cgroup v1: cpuset', () => {
+  /** A cpuset hierarchy as the kernel shows it: each cgroup's cpuset files, empty in a new one. */
+  function cpusetTree(cgroups: Record<string, { cpus: string; mems: string } | 'unreadable'>): string {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'nodelet-cgv1-'));
+    dirs.push(root);
+    for (const [rel, v] of Object.entries(cgroups)) {
+      const dir = path.join(root, rel);
+      fs.mkdirSync(dir, { recursive: true });
+      if (v === 'unreadable') {
+        // A directory where the file is: reading it fails (EISDIR).
+        fs.mkdirSync(path.join(dir, 'cpuset.cpus'));
+        fs.mkdirSync(path.join(dir, 'cpuset.mems'));
+      } else {
+        fs.writeFileSync(path.join(dir, 'cpuset.cpus'), v.cpus);
+        fs.writeFileSync(path.join(dir, 'cpuset.mems'), v.mems);
+      }
+    }
+    return root;
+  }
+  const cgroups = (root: string) =>
+    new PodCgroups({ layout: { version: 1, controllers: new Map([['cpuset', root]]), mounts: [root] }, driver: 'cgroupfs', cgroupRoot: '/', nodeAllocatable: () => ({ cpuMillis: 2000, memoryBytes: 1024 ** 3 }), pod: { enforceCpuLimits: true, cpuPeriod: 100_000 }, logger: silentLogger() });
+  const cpuset = (root: string, rel: string) => ({ cpus: read(path.join(root, rel, 'cpuset.cpus')), mems: read(path.join(root, rel, 'cpuset.mems')) });
+  const empty = { cpus: '', mems: '' };
+
+  it("gives each level without CPUs or memory nodes its parent's, top down; a level that has its own keeps it and hands it on", async () => {
+    const root = cpusetTree({ '.': { cpus: '0-1', mems: '0' }, kubepods: empty, 'kubepods/besteffort': { cpus: '1', mems: '0' }, 'kubepods/besteffort/podx': empty, 'kubepods/burstable': empty });
+    const cg = cgroups(root);
+    await cg.start();
+    await cg.ensurePod(pod('x', undefined));
+    expect(cpuset(root, 'kubepods')).toEqual({ cpus: '0-1', mems: '0' });
+    expect(cpuset(root, 'kubepods/burstable')).toEqual({ cpus: '0-1', mems: '0' });
+    expect(cpuset(root, 'kubepods/besteffort')).toEqual({ cpus: '1', mems: '0' });
+    expect(cpuset(root, 'kubepods/besteffort/podx')).toEqual({ cpus: '1', mems: '0' });
+  });
+
+  it('leaves a level empty when its parent cannot be read', async () => {
+    const root = cpusetTree({ '.': { cpus: '0-1', mems: '0' }, kubepods: 'unreadable', 'kubepods/besteffort': empty, 'kubepods/besteffort/podx': empty });
+    const cg = cgroups(root);
+    await cg.start();
+    await cg.ensurePod(pod('x', undefined));
+    expect(cpuset(root, 'kubepods/besteffort')).toEqual(empty);
+    expect(cpuset(root, 'kubepods/besteffort/podx')).toEqual(empty);
+  });
+});

@@ -82,7 +82,8 @@ const podWith = (secrets: string[], pullPolicy: Container['imagePullPolicy'] = '
   return [{ metadata: { name: 'p', namespace: 'team', uid: 'pod-uid', annotations }, spec: { imagePullSecrets: secrets.map((name) => ({ name })), containers: [c] } }, c];
 };
 const run = <T>(f: () => Promise<T>) => f();
-const ensure = (d: ImagePullerDeps, [pod, c]: [Pod, Container]) => ensurePodImage(d, pod, c, run);
+/** Whether it pulled (the image's status it found present is checked where it matters). */
+const ensure = async (d: ImagePullerDeps, [pod, c]: [Pod, Container]) => (await ensurePodImage(d, pod, c, run)).pulled;
 const reasonOf = async (p: Promise<unknown>) => {
   try {
     await p;
@@ -226,6 +227,16 @@ describe('KubeletEnsureSecretPulledImages: images that need no proof', () => {
     registry.present.set(IMAGE, REF);
     expect(await ensure(deps(), podWith([]))).toBe(false);
     expect((await reasonOf(ensure(deps('AlwaysVerify'), podWith([])))).reason).toBe('ErrImagePull');
+  });
+
+  it('a present image used as it is comes back with the status ImageStatus answered (its user, for the container); a pulled one without', async () => {
+    registry.present.set(IMAGE, REF);
+    const asked: string[] = [];
+    const counting = { ...registry, imageStatus: (image: string) => (asked.push(image), registry.imageStatus(image)), pullImage: registry.pullImage.bind(registry) };
+    const { verification: _gateOn, ...gateOff } = deps();
+    expect(await ensurePodImage({ ...gateOff, cri: counting }, ...podWith([]), run)).toEqual({ pulled: false, present: await registry.imageStatus(IMAGE) });
+    expect(asked).toEqual([IMAGE]);
+    expect(await ensurePodImage({ ...gateOff, cri: counting }, ...podWith([], 'Always', 'quay.io/public/tool:1'), run)).toEqual({ pulled: true });
   });
 
   it('an image whose pull a crash interrupted counts as pulled with unknown credentials', async () => {
