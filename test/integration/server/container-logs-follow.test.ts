@@ -38,7 +38,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { compressLog } from '../../../src/pods/logs/log-rotation.js';
-import { openLog, streamLogs } from '../../../src/server/container-logs.js';
+import { openLog, ROTATION_GRACE_POLLS, streamLogs } from '../../../src/server/container-logs.js';
 import { rawTlsServer, startLogBench, type LogBench } from '../../../bench/log-bench.js';
 import { nodeletBin } from '../../helpers/nodelet.js';
 
@@ -234,7 +234,11 @@ describe('a log follower across rotations, in real time', () => {
     const bound = await withinASecond(`${file}.20261123-060110`, b0);
     console.log(`two rotations behind: the bound was ${bound.toFixed(0)} ms`);
     expect(doneMs).toBeLessThan(bound);
-    expect(closedMs).toBeLessThan(bound);
+    // The old file is left a grace after its end was read (the follower cannot know sooner that
+    // it is finished: ROTATION_GRACE_POLLS polls at the default 250 ms), so that grace comes on
+    // top. (Once 212 MB were read in ~650 ms, the 2x bound hid it; at 420-500 ms it does not:
+    // CI's run of 34f3602 closed them 1,032 ms after, against 1,000.)
+    expect(closedMs).toBeLessThan(bound + ROTATION_GRACE_POLLS * 250);
     expect(openFiles(logDir)).toEqual(['0.log']);
 
     // Still following the live file: what the container writes next comes too.
