@@ -92,7 +92,10 @@ describe('ExecCredentialPlugin', () => {
     await clock.whenSleeping();
     expect(clock.sleeps).toEqual([10_000]);
     // Let the script start and write its pid (real IO), then reach the bound in virtual time.
-    for (let i = 0; i < 200 && !fs.existsSync(pidFile); i++) await new Promise((r) => setImmediate(r));
+    // (200 turns were not always enough: CI's Node 24 run of b231ade read no pid file.)
+    const written = () => fs.existsSync(pidFile) && fs.readFileSync(pidFile, 'utf8').trim() !== '';
+    for (let i = 0; i < 1_000_000 && !written(); i++) await new Promise((r) => setImmediate(r));
+    expect(written()).toBe(true);
     await clock.advance(10_000);
     const err = (await got) as Error;
     expect(err.message).toMatch(/did not finish within 10 s; killed/);
