@@ -199,9 +199,9 @@ export async function killPod(ctx: StepContext, pod: Pod, observed: ObservedPod,
 
 /**
  * The sandbox the containers go into: the ready one, or a new one when the plan asks (`sent`:
- * called once the runtime was asked for it, see runSandbox). A
- * sandbox the runtime refuses (no CNI for a pod network, a missing pause image) is retried
- * with the step backoff, not hammered on every relist: until it ends this throws quietly.
+ * called once the runtime was asked for it, see runSandbox). A sandbox the runtime refuses
+ * (no CNI for a pod network, a missing pause image) is retried with the step backoff, not
+ * hammered on every relist: until it ends this throws quietly.
  */
 export async function ensureSandbox(ctx: StepContext, w: PodWorker, plan: PodActions, observed: ObservedPod, now: number, sent?: () => void): Promise<SandboxInfo> {
   const ready = observed.sandboxes.find((s) => s.ready);
@@ -233,9 +233,10 @@ export interface EarlyImage {
  * The first container's image checked while a new sandbox is made (called once the runtime
  * was asked for it: the runtime's ~100 ms of work, where nodelet only waits; before, the check
  * would compete with the sandbox's own preparation): a present image is known when the
- * sandbox is there, as the start would have found it right after. Only a check: a pull still waits for the sandbox, as the kubelet's (this gate refuses
- * it; the start then pulls), and only for a policy other than Always and a pod without pull
- * secrets (their lookup warns and sends events, once per start). Never rejects.
+ * sandbox is there, as the start would have found it right after. Only a check: a pull still
+ * waits for the sandbox, as the kubelet's (this gate refuses it; the start then pulls), and
+ * only for a policy other than Always and a pod without pull secrets (their lookup warns and
+ * sends events, once per start). Never rejects.
  */
 export function checkImageEarly(ctx: StepContext, w: PodWorker, plan: PodActions, now: number): EarlyImage | undefined {
   const s = plan.start[0];
